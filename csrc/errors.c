@@ -1,0 +1,93 @@
+/* Error reporting, fault injection, live-object counters and the run-time loader. */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+#include "sg_internal.h"
+
+#ifndef SG_BUILD_ID
+#define SG_BUILD_ID "unknown"
+#endif
+
+PFN_vkGetInstanceProcAddr sg__get_instance_proc = NULL;
+struct sg_global_vk sg__gvk;
+
+static _Thread_local const char *last_call = "";
+static int64_t fault_countdown = 0;  /* guarded by atomics: tests drive it from one thread */
+static int64_t fault_calls = 0;
+int32_t sg__fault_result = VK_ERROR_OUT_OF_DEVICE_MEMORY;
+static int64_t global_live[SG_LIVE_COUNT];
+static pthread_mutex_t loader_lock = PTHREAD_MUTEX_INITIALIZER;
+static void *loader_handle = NULL;
+
+const char *sg_build_id(void) { return SG_BUILD_ID; }
+
+const char *sg_last_call(void) { return last_call; }
+
+void sg__set_error(const char *call) { last_call = call; }
+
+void sg_fault_set(int64_t countdown, int32_t result) {
+    __atomic_store_n(&fault_calls, 0, __ATOMIC_SEQ_CST);
+    sg__fault_result = result;
+    __atomic_store_n(&fault_countdown, countdown, __ATOMIC_SEQ_CST);
+}
+
+int64_t sg_fault_calls(void) { return __atomic_load_n(&fault_calls, __ATOMIC_SEQ_CST); }
+
+int sg__fault_hit(void) {
+    __atomic_add_fetch(&fault_calls, 1, __ATOMIC_RELAXED);
+    if (__atomic_load_n(&fault_countdown, __ATOMIC_RELAXED) <= 0) return 0;
+    return __atomic_sub_fetch(&fault_countdown, 1, __ATOMIC_SEQ_CST) == 0;
+}
+
+void sg__live_add(sg_device *dev, int kind, int delta) {
+    __atomic_add_fetch(&global_live[kind], delta, __ATOMIC_RELAXED);
+    if (dev) __atomic_add_fetch(&dev->live[kind], delta, __ATOMIC_RELAXED);
+}
+
+void sg_live_counts(sg_device *dev, int64_t *out) {
+    const int64_t *src = dev ? dev->live : global_live;
+    for (int i = 0; i < SG_LIVE_COUNT; i++) out[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+}
+
+/* Who owns what: the loader handle is process-wide and never closed (drivers may keep
+ * threads or atexit handlers that live in it). Failure leaves nothing loaded. */
+int sg_loader_open(const char *path, char *err, size_t errlen) {
+    int rc = 0;
+    pthread_mutex_lock(&loader_lock);
+    if (loader_handle) goto done;
+    const char *names[] = {path, "libvulkan.so.1", "libvulkan.so", "libvulkan.1.dylib",
+                           "libMoltenVK.dylib"};
+    void *h = NULL;
+    for (size_t i = path ? 0 : 1; i < sizeof names / sizeof names[0] && !h; i++)
+        h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        const char *msg = dlerror();
+        if (err && errlen) snprintf(err, errlen, "%s", msg ? msg : "libvulkan not found");
+        sg__set_error("dlopen");
+        rc = SG_ERR_NO_LOADER;
+        goto done;
+    }
+    PFN_vkGetInstanceProcAddr gipa = (PFN_vkGetInstanceProcAddr)dlsym(h, "vkGetInstanceProcAddr");
+    if (!gipa) {
+        if (err && errlen) snprintf(err, errlen, "the Vulkan loader has no vkGetInstanceProcAddr");
+        dlclose(h);
+        sg__set_error("dlsym");
+        rc = SG_ERR_NO_LOADER;
+        goto done;
+    }
+#define SG_LOAD_GLOBAL(name) sg__gvk.name = (PFN_##name)gipa(NULL, #name);
+    SG_GLOBAL_FUNCS(SG_LOAD_GLOBAL)
+#undef SG_LOAD_GLOBAL
+    if (!sg__gvk.vkCreateInstance) {
+        if (err && errlen) snprintf(err, errlen, "the Vulkan loader has no vkCreateInstance");
+        dlclose(h);
+        sg__set_error("vkGetInstanceProcAddr");
+        rc = SG_ERR_NO_LOADER;
+        goto done;
+    }
+    sg__get_instance_proc = gipa;
+    loader_handle = h;
+done:
+    pthread_mutex_unlock(&loader_lock);
+    return rc;
+}

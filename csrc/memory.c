@@ -1,0 +1,61 @@
+/* Memory blocks: one VkDeviceMemory and one VkBuffer over all of it. The Python pool
+ * sub-allocates tensors out of blocks by offset. */
+#include <stdlib.h>
+#include "sg_internal.h"
+
+/* Who owns what: the block owns its buffer and memory (and mapping). On failure
+ * nothing is left behind. SG_ERR_MEMORY_TYPE: mem_type cannot back a buffer. */
+int sg_block_create(sg_device *dev, uint64_t size, uint32_t mem_type, int map, sg_block **out) {
+    int rc = 0;
+    sg_block *blk = NULL;
+    if (size == 0) SG_FAIL("sg_block_create", SG_ERR_ARGUMENT);
+    blk = calloc(1, sizeof *blk);
+    if (!blk) SG_FAIL("calloc", VK_ERROR_OUT_OF_HOST_MEMORY);
+    blk->dev = dev;
+    blk->size = size;
+    VkBufferCreateInfo bci = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
+                              .size = size,
+                              .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT |
+                                       VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+                                       VK_BUFFER_USAGE_TRANSFER_DST_BIT,
+                              .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
+    SG_VK("vkCreateBuffer", dev->vk.vkCreateBuffer(dev->device, &bci, NULL, &blk->buffer));
+    sg__live_add(dev, SG_LIVE_BUFFERS, 1);
+    VkMemoryRequirements req;
+    dev->vk.vkGetBufferMemoryRequirements(dev->device, blk->buffer, &req);
+    if (mem_type >= 32 || !(req.memoryTypeBits & (1u << mem_type)))
+        SG_FAIL("vkGetBufferMemoryRequirements", SG_ERR_MEMORY_TYPE);
+    VkMemoryAllocateInfo mai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO,
+                                .allocationSize = req.size,
+                                .memoryTypeIndex = mem_type};
+    SG_VK("vkAllocateMemory", dev->vk.vkAllocateMemory(dev->device, &mai, NULL, &blk->memory));
+    sg__live_add(dev, SG_LIVE_MEMORY, 1);
+    SG_VK("vkBindBufferMemory", dev->vk.vkBindBufferMemory(dev->device, blk->buffer, blk->memory, 0));
+    if (map)
+        SG_VK("vkMapMemory",
+              dev->vk.vkMapMemory(dev->device, blk->memory, 0, VK_WHOLE_SIZE, 0, &blk->ptr));
+    *out = blk;
+    return 0;
+fail:
+    sg_block_destroy(blk);
+    return rc;
+}
+
+/* The caller guarantees that no submitted work still uses the block (the Python pool
+ * frees a range only after the fences of the work that used it have signalled). */
+void sg_block_destroy(sg_block *blk) {
+    if (!blk) return;
+    sg_device *dev = blk->dev;
+    if (blk->ptr) dev->vk.vkUnmapMemory(dev->device, blk->memory);
+    if (blk->buffer) {
+        dev->vk.vkDestroyBuffer(dev->device, blk->buffer, NULL);
+        sg__live_add(dev, SG_LIVE_BUFFERS, -1);
+    }
+    if (blk->memory) {
+        dev->vk.vkFreeMemory(dev->device, blk->memory, NULL);
+        sg__live_add(dev, SG_LIVE_MEMORY, -1);
+    }
+    free(blk);
+}
+
+void *sg_block_ptr(sg_block *blk) { return blk->ptr; }

@@ -1,0 +1,186 @@
+/* Sequences: command pool, one command buffer, fence, optional timestamp query pool. */
+#include <stdlib.h>
+#include <time.h>
+#include "sg_internal.h"
+
+/* Who owns what: the sequence owns its pool (and the command buffer in it), fence and
+ * query pool. Creation is all-or-nothing. */
+int sg_seq_create(sg_device *dev, uint32_t queue, uint32_t nqueries, sg_seq **out) {
+    int rc = 0;
+    sg_seq *seq = NULL;
+    if (queue >= dev->nqueues) SG_FAIL("sg_seq_create", SG_ERR_NO_QUEUE);
+    if (nqueries && !dev->timestamp_valid_bits) SG_FAIL("timestampValidBits", SG_ERR_ARGUMENT);
+    seq = calloc(1, sizeof *seq);
+    if (!seq) SG_FAIL("calloc", VK_ERROR_OUT_OF_HOST_MEMORY);
+    seq->dev = dev;
+    seq->queue = dev->queues[queue];
+    VkCommandPoolCreateInfo cpci = {.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
+                                    .queueFamilyIndex = dev->queue_family};
+    SG_VK("vkCreateCommandPool", dev->vk.vkCreateCommandPool(dev->device, &cpci, NULL, &seq->pool));
+    sg__live_add(dev, SG_LIVE_COMMAND_POOLS, 1);
+    VkCommandBufferAllocateInfo cbai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
+                                        .commandPool = seq->pool,
+                                        .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
+                                        .commandBufferCount = 1};
+    SG_VK("vkAllocateCommandBuffers", dev->vk.vkAllocateCommandBuffers(dev->device, &cbai, &seq->cmd));
+    VkFenceCreateInfo fci = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+    SG_VK("vkCreateFence", dev->vk.vkCreateFence(dev->device, &fci, NULL, &seq->fence));
+    sg__live_add(dev, SG_LIVE_FENCES, 1);
+    if (nqueries) {
+        VkQueryPoolCreateInfo qpci = {.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
+                                      .queryType = VK_QUERY_TYPE_TIMESTAMP,
+                                      .queryCount = nqueries};
+        SG_VK("vkCreateQueryPool", dev->vk.vkCreateQueryPool(dev->device, &qpci, NULL, &seq->queries));
+        sg__live_add(dev, SG_LIVE_QUERY_POOLS, 1);
+        seq->nqueries = nqueries;
+    }
+    *out = seq;
+    return 0;
+fail:
+    sg_seq_destroy(seq);
+    return rc;
+}
+
+void sg_seq_destroy(sg_seq *seq) {
+    if (!seq) return;
+    sg_device *dev = seq->dev;
+    /* vkDestroyCommandPool: "All VkCommandBuffer objects allocated from commandPool must
+     * not be in the pending state", so wait for the last submission first. */
+    if (seq->submitted && seq->fence)
+        dev->vk.vkWaitForFences(dev->device, 1, &seq->fence, VK_TRUE, UINT64_MAX);
+    if (seq->queries) {
+        dev->vk.vkDestroyQueryPool(dev->device, seq->queries, NULL);
+        sg__live_add(dev, SG_LIVE_QUERY_POOLS, -1);
+    }
+    if (seq->fence) {
+        dev->vk.vkDestroyFence(dev->device, seq->fence, NULL);
+        sg__live_add(dev, SG_LIVE_FENCES, -1);
+    }
+    if (seq->pool) {
+        dev->vk.vkDestroyCommandPool(dev->device, seq->pool, NULL);
+        sg__live_add(dev, SG_LIVE_COMMAND_POOLS, -1);
+    }
+    free(seq);
+}
+
+/* The caller guarantees the command buffer is not pending (wait first). */
+int sg_seq_begin(sg_seq *seq) {
+    int rc = 0;
+    sg_device *dev = seq->dev;
+    SG_VK("vkResetCommandPool", dev->vk.vkResetCommandPool(dev->device, seq->pool, 0));
+    VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+    SG_VK("vkBeginCommandBuffer", dev->vk.vkBeginCommandBuffer(seq->cmd, &bi));
+    if (seq->queries) dev->vk.vkCmdResetQueryPool(seq->cmd, seq->queries, 0, seq->nqueries);
+fail:
+    return rc;
+}
+
+void sg_seq_copy(sg_seq *seq, sg_block *src, uint64_t src_offset, sg_block *dst,
+                 uint64_t dst_offset, uint64_t size) {
+    VkBufferCopy region = {.srcOffset = src_offset, .dstOffset = dst_offset, .size = size};
+    seq->dev->vk.vkCmdCopyBuffer(seq->cmd, src->buffer, dst->buffer, 1, &region);
+}
+
+void sg_seq_barrier(sg_seq *seq, uint32_t src_stages, uint32_t src_access,
+                    uint32_t dst_stages, uint32_t dst_access) {
+    VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+                          .srcAccessMask = src_access,
+                          .dstAccessMask = dst_access};
+    seq->dev->vk.vkCmdPipelineBarrier(seq->cmd, src_stages, dst_stages, 0, 1, &mb, 0, NULL, 0, NULL);
+}
+
+void sg_seq_dispatch(sg_seq *seq, sg_program *prog, sg_dset *ds, const void *push,
+                     uint32_t push_size, uint32_t x, uint32_t y, uint32_t z) {
+    sg_device *dev = seq->dev;
+    dev->vk.vkCmdBindPipeline(seq->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, prog->pipeline);
+    if (ds)
+        dev->vk.vkCmdBindDescriptorSets(seq->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, prog->layout, 0,
+                                        1, &ds->set, 0, NULL);
+    if (push_size)
+        dev->vk.vkCmdPushConstants(seq->cmd, prog->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0,
+                                   push_size, push);
+    dev->vk.vkCmdDispatch(seq->cmd, x, y, z);
+}
+
+void sg_seq_timestamp(sg_seq *seq, uint32_t query) {
+    if (seq->queries && query < seq->nqueries)
+        seq->dev->vk.vkCmdWriteTimestamp(seq->cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT,
+                                         seq->queries, query);
+}
+
+int sg_seq_end(sg_seq *seq) {
+    int rc = 0;
+    SG_VK("vkEndCommandBuffer", seq->dev->vk.vkEndCommandBuffer(seq->cmd));
+fail:
+    return rc;
+}
+
+int sg_seq_submit(sg_seq *seq) {
+    int rc = 0;
+    sg_device *dev = seq->dev;
+    /* vkResetFences: "Each element of pFences must not be currently associated with any
+     * queue command that has not yet completed execution"; the caller waited. */
+    SG_VK("vkResetFences", dev->vk.vkResetFences(dev->device, 1, &seq->fence));
+    VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO,
+                       .commandBufferCount = 1,
+                       .pCommandBuffers = &seq->cmd};
+    SG_VK("vkQueueSubmit", dev->vk.vkQueueSubmit(seq->queue, 1, &si, seq->fence));
+    seq->submitted = 1;
+fail:
+    return rc;
+}
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+int sg_seq_status(sg_seq *seq) {
+    if (!seq->submitted) return 0;
+    VkResult r = seq->dev->vk.vkGetFenceStatus(seq->dev->device, seq->fence);
+    if (r == VK_SUCCESS) {
+        seq->submitted = 0;
+        return 0;
+    }
+    if (r == VK_NOT_READY) return SG_TIMEOUT;
+    sg__set_error("vkGetFenceStatus");
+    return (int)r;
+}
+
+int sg_seq_wait(sg_seq *seq, uint64_t timeout_ns, uint32_t spin_ns) {
+    if (!seq->submitted) return 0;
+    sg_device *dev = seq->dev;
+    /* A short poll first: small dispatches finish within microseconds, and a blocking
+     * wait costs a sleep and a wake-up on most drivers. */
+    if (spin_ns) {
+        uint64_t start = now_ns();
+        uint64_t limit = spin_ns < timeout_ns ? spin_ns : timeout_ns;
+        do {
+            int s = sg_seq_status(seq);
+            if (s != SG_TIMEOUT) return s;
+        } while (now_ns() - start < limit);
+    }
+    VkResult r = dev->vk.vkWaitForFences(dev->device, 1, &seq->fence, VK_TRUE, timeout_ns);
+    if (r == VK_SUCCESS) {
+        seq->submitted = 0;
+        return 0;
+    }
+    if (r == VK_TIMEOUT) return SG_TIMEOUT;
+    sg__set_error("vkWaitForFences");
+    return (int)r;
+}
+
+int sg_seq_timestamps(sg_seq *seq, uint32_t n, uint64_t *out) {
+    int rc = 0;
+    if (!seq->queries || n > seq->nqueries) SG_FAIL("sg_seq_timestamps", SG_ERR_ARGUMENT);
+    SG_VK("vkGetQueryPoolResults",
+          seq->dev->vk.vkGetQueryPoolResults(seq->dev->device, seq->queries, 0, n,
+                                             n * sizeof(uint64_t), out, sizeof(uint64_t),
+                                             VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT));
+    uint32_t bits = seq->dev->timestamp_valid_bits;
+    if (bits < 64)
+        for (uint32_t i = 0; i < n; i++) out[i] &= (1ull << bits) - 1;
+fail:
+    return rc;
+}

@@ -1,0 +1,171 @@
+"""Vulkan loader, device enumeration and the default device choice."""
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+
+from scopedgpu._errors import NoDeviceError, check
+from scopedgpu._ffi import ffi, lib
+
+__all__ = ["DeviceInfo", "devices", "choose_device", "load_vulkan"]
+
+INSTALL_HINT = (
+    "Install a Vulkan loader and a driver: on Debian/Ubuntu `apt-get install libvulkan1 "
+    "mesa-vulkan-drivers` (lavapipe runs Vulkan on the CPU), or your GPU vendor's driver; "
+    "`vulkaninfo --summary` (package vulkan-tools) shows what Vulkan sees")
+
+_TYPES = {0: "other", 1: "integrated", 2: "discrete", 3: "virtual", 4: "cpu"}
+_RANK = {"discrete": 0, "integrated": 1, "virtual": 2, "cpu": 3, "other": 4}
+_loader_lock = threading.Lock()
+_loader_ok = False
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """What a Vulkan device is and can do. `memory_bytes` is the device-local heap total."""
+    index: int
+    name: str
+    type: str
+    vendor_id: int
+    device_id: int
+    api_version: str
+    driver: str
+    memory_bytes: int
+    max_workgroup_size: tuple[int, int, int]
+    max_workgroup_invocations: int
+    max_workgroup_count: tuple[int, int, int]
+    subgroup_size: int
+    timestamps: bool
+    float64: bool
+    float16: bool
+    int8: bool
+    int16: bool = False
+    int64: bool = False
+    queue_count: int = 1
+    max_push_constants_size: int = 128
+    max_storage_buffer_range: int = 1 << 27
+    min_storage_buffer_offset_alignment: int = 256
+    max_memory_allocation_size: int = 0
+    max_memory_allocation_count: int = 4096
+    max_storage_buffers_per_stage: int = 4
+    timestamp_period: float = 1.0
+    memory_type_flags: tuple[int, ...] = field(default=(), repr=False)
+    memory_heap_sizes: tuple[int, ...] = field(default=(), repr=False)
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.type}, Vulkan {self.api_version}, {self.driver})"
+
+
+def _version(v: int) -> str:
+    return f"{(v >> 22) & 0x7F}.{(v >> 12) & 0x3FF}.{v & 0xFFF}"
+
+
+def load_vulkan() -> None:
+    """Loads the Vulkan loader once; NoDeviceError says what to install when it is missing."""
+    global _loader_ok
+    if _loader_ok:
+        return
+    with _loader_lock:
+        if _loader_ok:
+            return
+        err = ffi.new("char[512]")
+        path = os.environ.get("SCOPEDGPU_VULKAN_LIBRARY")
+        rc = lib.sg_loader_open(path.encode() if path else ffi.NULL, err, 512)
+        if rc != 0:
+            raise NoDeviceError(
+                f"the Vulkan loader could not be loaded ({ffi.string(err).decode()}). "
+                + INSTALL_HINT)
+        _loader_ok = True
+
+
+def _info_from(index: int, raw) -> DeviceInfo:
+    heaps = [raw.memory_heap_size[i] for i in range(raw.memory_heap_count)]
+    local = sum(heaps[i] for i in range(raw.memory_heap_count) if raw.memory_heap_flags[i] & 1)
+    driver = ffi.string(raw.driver_name).decode(errors="replace")
+    dinfo = ffi.string(raw.driver_info).decode(errors="replace")
+    if dinfo:
+        driver = f"{driver} {dinfo}".strip()
+    return DeviceInfo(
+        index=index,
+        name=ffi.string(raw.name).decode(errors="replace"),
+        type=_TYPES.get(raw.device_type, "other"),
+        vendor_id=raw.vendor_id,
+        device_id=raw.device_id,
+        api_version=_version(raw.api_version),
+        driver=driver or f"driver {raw.driver_version:#x}",
+        memory_bytes=local,
+        max_workgroup_size=tuple(raw.max_workgroup_size),  # type: ignore[arg-type]
+        max_workgroup_invocations=raw.max_workgroup_invocations,
+        max_workgroup_count=tuple(raw.max_workgroup_count),  # type: ignore[arg-type]
+        subgroup_size=raw.subgroup_size,
+        timestamps=raw.timestamp_valid_bits > 0,
+        float64=bool(raw.shader_float64),
+        float16=bool(raw.shader_float16 and raw.storage_16bit),
+        int8=bool(raw.shader_int8 and raw.storage_8bit),
+        int16=bool(raw.shader_int16 and raw.storage_16bit),
+        int64=bool(raw.shader_int64),
+        queue_count=raw.queue_count,
+        max_push_constants_size=raw.max_push_constants_size,
+        max_storage_buffer_range=raw.max_storage_buffer_range,
+        min_storage_buffer_offset_alignment=raw.min_storage_buffer_offset_alignment,
+        max_memory_allocation_size=raw.max_memory_allocation_size,
+        max_memory_allocation_count=raw.max_memory_allocation_count,
+        max_storage_buffers_per_stage=raw.max_storage_buffers_per_stage,
+        timestamp_period=raw.timestamp_period,
+        memory_type_flags=tuple(raw.memory_type_flags[i] for i in range(raw.memory_type_count)),
+        memory_heap_sizes=tuple(heaps),
+    )
+
+
+def enumerate_devices(inst) -> list[DeviceInfo]:
+    count = ffi.new("uint32_t *")
+    check(lib.sg_instance_device_count(inst, count), "enumerating Vulkan devices")
+    out = []
+    raw = ffi.new("sg_device_info *")
+    for i in range(count[0]):
+        check(lib.sg_instance_device_info(inst, i, raw), f"reading device {i}")
+        out.append(_info_from(i, raw))
+    return out
+
+
+def devices() -> list[DeviceInfo]:
+    """The Vulkan devices of this machine; needs no Manager. Raises NoDeviceError when no
+    loader or driver is installed."""
+    load_vulkan()
+    out = ffi.new("sg_instance **")
+    rc = lib.sg_instance_create(0, out)
+    if rc != 0:
+        try:
+            check(rc, "creating a Vulkan instance")
+        except NoDeviceError:
+            raise
+        except Exception as exc:
+            raise NoDeviceError(f"{exc}. {INSTALL_HINT}") from exc
+    try:
+        return enumerate_devices(out[0])
+    finally:
+        lib.sg_instance_destroy(out[0])
+
+
+def choose_device(infos: list[DeviceInfo], device: int | str | None) -> DeviceInfo:
+    """Picks by index, by case-insensitive name substring, or the best by type."""
+    if not infos:
+        raise NoDeviceError("Vulkan found no device. " + INSTALL_HINT)
+    if device is None:
+        env = os.environ.get("SCOPEDGPU_DEVICE", "").strip()
+        if env:
+            device = int(env) if env.lstrip("-").isdigit() else env
+    if device is None:
+        return min(infos, key=lambda d: (_RANK.get(d.type, 9), d.index))
+    names = ", ".join(f"{d.index}: {d.name}" for d in infos)
+    if isinstance(device, bool) or not isinstance(device, (int, str)):
+        raise TypeError(f"device must be an index, a name substring or None, not {device!r}")
+    if isinstance(device, int):
+        if 0 <= device < len(infos):
+            return infos[device]
+        raise NoDeviceError(f"no Vulkan device with index {device}; devices: {names}")
+    matches = [d for d in infos if device.lower() in d.name.lower()]
+    if not matches:
+        raise NoDeviceError(f"no Vulkan device whose name contains {device!r}; devices: {names}")
+    return matches[0]

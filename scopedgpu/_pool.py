@@ -1,0 +1,310 @@
+"""The tensor memory pool.
+
+Policy, after CuPy's and PyTorch's caching allocators:
+- Tensors are sub-allocated from a few large blocks (one VkDeviceMemory and one VkBuffer
+  over all of it) per memory kind: "device" (device-local) and "host" (host-visible,
+  coherent, persistently mapped; staging and host tensors).
+- Requests are rounded up to the alignment (minStorageBufferOffsetAlignment, at least 16).
+  Small requests (<= 1 MiB) come from 8 MiB blocks, large ones from 64 MiB blocks; a
+  request above half a large block gets a block of its own.
+- Best fit over all free ranges of a sub-pool (one sorted list), splitting the range
+  taken; a freed range merges with its free neighbours.
+- The pool never frees a range that submitted work may use: the manager calls free()
+  only after the fences of that work have signalled.
+- Empty blocks stay cached until empty_cache(). When a new block cannot be had (device
+  out of memory, or memory_limit reached), the pool empties its cache and retries once,
+  then raises OutOfMemoryError.
+"""
+from __future__ import annotations
+
+import bisect
+import itertools
+from typing import TYPE_CHECKING, Callable
+
+from scopedgpu._errors import DeviceError, OutOfMemoryError, check
+from scopedgpu._ffi import ffi, lib
+
+if TYPE_CHECKING:
+    from scopedgpu._device import DeviceInfo
+
+MiB = 1 << 20
+SMALL_LIMIT = 1 * MiB
+SMALL_BLOCK = 8 * MiB
+LARGE_BLOCK = 64 * MiB
+
+# VkMemoryPropertyFlagBits
+DEVICE_LOCAL = 0x1
+HOST_VISIBLE = 0x2
+HOST_COHERENT = 0x4
+HOST_CACHED = 0x8
+_UNWANTED = 0x10 | 0x20 | 0x40 | 0x80  # lazily allocated, protected, AMD device-coherent/uncached
+
+
+def memory_type_candidates(info: DeviceInfo, kind: str) -> list[int]:
+    """Memory type indices for a pool kind, best first."""
+    flags = info.memory_type_flags
+    ranked = []
+    for i, f in enumerate(flags):
+        if f & _UNWANTED:
+            continue
+        if kind == "device":
+            if not f & DEVICE_LOCAL:
+                continue
+            # Plain device-local memory first; host-visible device-local (BAR) after.
+            score = 0 if not f & HOST_VISIBLE else 1
+        else:
+            if (f & (HOST_VISIBLE | HOST_COHERENT)) != (HOST_VISIBLE | HOST_COHERENT):
+                continue
+            # Cached memory reads fast on the CPU (downloads); system memory before BAR.
+            score = (0 if f & HOST_CACHED else 2) + (1 if f & DEVICE_LOCAL and
+                                                     info.type == "discrete" else 0)
+        ranked.append((score, i))
+    return [i for _, i in sorted(ranked)]
+
+
+class Block:
+    __slots__ = ("id", "handle", "ptr", "size", "mem_type", "sub", "used", "nallocs",
+                 "free_start", "free_end")
+
+    def __init__(self, bid: int, handle, ptr: int, size: int, mem_type: int, sub: SubPool):
+        self.id = bid
+        self.handle = handle
+        self.ptr = ptr          # address of the mapping, 0 when not mapped
+        self.size = size
+        self.mem_type = mem_type
+        self.sub = sub
+        self.used = 0
+        self.nallocs = 0
+        self.free_start: dict[int, int] = {0: size}   # offset -> size
+        self.free_end: dict[int, int] = {size: 0}     # end -> offset
+
+
+class Allocation:
+    """A range of a block. Plain data: owning it means calling Pool.free once."""
+    __slots__ = ("block", "offset", "size", "nbytes")
+
+    def __init__(self, block: Block, offset: int, size: int, nbytes: int):
+        self.block = block
+        self.offset = offset
+        self.size = size        # rounded size reserved in the block
+        self.nbytes = nbytes    # bytes asked for
+
+    @property
+    def address(self) -> int:
+        return self.block.ptr + self.offset
+
+
+class SubPool:
+    """Blocks of one memory kind and one size class, with one sorted free list."""
+
+    def __init__(self, pool: Pool, kind: str, block_size: int, dedicated_above: int | None):
+        self.pool = pool
+        self.kind = kind
+        self.block_size = block_size
+        self.dedicated_above = dedicated_above
+        self.blocks: dict[int, Block] = {}
+        self.free: list[tuple[int, int, int]] = []   # (size, block id, offset)
+
+    def _take(self, size: int) -> Allocation | None:
+        i = bisect.bisect_left(self.free, (size, -1, -1))
+        if i == len(self.free):
+            return None
+        fsize, bid, off = self.free.pop(i)
+        blk = self.blocks[bid]
+        del blk.free_start[off]
+        del blk.free_end[off + fsize]
+        if fsize > size:
+            self._add_free(blk, off + size, fsize - size)
+        blk.used += size
+        blk.nallocs += 1
+        return Allocation(blk, off, size, size)
+
+    def _add_free(self, blk: Block, off: int, size: int) -> None:
+        blk.free_start[off] = size
+        blk.free_end[off + size] = off
+        bisect.insort(self.free, (size, blk.id, off))
+
+    def _remove_free(self, blk: Block, off: int, size: int) -> None:
+        del blk.free_start[off]
+        del blk.free_end[off + size]
+        i = bisect.bisect_left(self.free, (size, blk.id, off))
+        del self.free[i]
+
+    def release(self, a: Allocation) -> None:
+        blk = a.block
+        off, size = a.offset, a.size
+        blk.used -= size
+        blk.nallocs -= 1
+        prev_off = blk.free_end.get(off)
+        if prev_off is not None:
+            prev_size = blk.free_start[prev_off]
+            self._remove_free(blk, prev_off, prev_size)
+            off, size = prev_off, size + prev_size
+        nxt = blk.free_start.get(off + size)
+        if nxt is not None:
+            self._remove_free(blk, off + size, nxt)
+            size += nxt
+        self._add_free(blk, off, size)
+
+    def take_new(self, blk: Block, size: int) -> Allocation:
+        """Adds a fresh block and allocates `size` bytes at its start."""
+        self.blocks[blk.id] = blk
+        del blk.free_start[0]
+        del blk.free_end[blk.size]
+        if blk.size > size:
+            self._add_free(blk, size, blk.size - size)
+        blk.used += size
+        blk.nallocs += 1
+        return Allocation(blk, 0, size, size)
+
+    def drop_empty_blocks(self) -> list[Block]:
+        empty = [b for b in self.blocks.values() if b.nallocs == 0]
+        for b in empty:
+            self._remove_free(b, 0, b.size)
+            del self.blocks[b.id]
+        return empty
+
+
+class Pool:
+    """All tensor memory of one manager. Not thread-safe: the manager locks around it."""
+
+    def __init__(self, device_handle, info: DeviceInfo, memory_limit: int | None,
+                 on_oom: Callable[[], None] | None = None):
+        self._dev = device_handle
+        self.info = info
+        self.align = max(16, int(info.min_storage_buffer_offset_alignment))
+        self.memory_limit = memory_limit
+        self._on_oom = on_oom
+        self._ids = itertools.count(1)
+        self._types = {k: memory_type_candidates(info, k) for k in ("device", "host")}
+        max_alloc = info.max_memory_allocation_size or (1 << 62)
+        self._max_block = max_alloc
+        self._subs: dict[tuple[str, bool], SubPool] = {}
+        for kind in ("device", "host"):
+            self._subs[(kind, True)] = SubPool(self, kind, min(SMALL_BLOCK, max_alloc), None)
+            self._subs[(kind, False)] = SubPool(self, kind, min(LARGE_BLOCK, max_alloc),
+                                                LARGE_BLOCK // 2)
+        self.allocated = 0
+        self.peak_allocated = 0
+        self.reserved = 0
+        self.nallocs = 0
+
+    def has_kind(self, kind: str) -> bool:
+        return bool(self._types[kind])
+
+    def round(self, nbytes: int) -> int:
+        a = self.align
+        return max(a, (nbytes + a - 1) // a * a)
+
+    def alloc(self, nbytes: int, kind: str) -> Allocation:
+        size = self.round(nbytes)
+        small = size <= SMALL_LIMIT
+        sub = self._subs[(kind, small)]
+        a = None
+        if sub.dedicated_above is None or size <= sub.dedicated_above:
+            a = sub._take(size)
+        if a is None:
+            block_size = size if (sub.dedicated_above is not None and size > sub.dedicated_above) \
+                else max(sub.block_size, size)
+            block_size = (block_size + MiB - 1) // MiB * MiB if block_size > MiB else block_size
+            blk = self._new_block(sub, block_size, size)
+            a = sub.take_new(blk, size)
+        a.nbytes = nbytes
+        self.allocated += a.size
+        self.nallocs += 1
+        if self.allocated > self.peak_allocated:
+            self.peak_allocated = self.allocated
+        return a
+
+    def free(self, a: Allocation) -> None:
+        self.allocated -= a.size
+        self.nallocs -= 1
+        a.block.sub.release(a)
+
+    def _new_block(self, sub: SubPool, block_size: int, need: int) -> Block:
+        if need > self._max_block:
+            raise OutOfMemoryError(
+                f"tensor of {need} bytes is larger than the device's maxMemoryAllocationSize "
+                f"({self._max_block} bytes)", result="VK_ERROR_OUT_OF_DEVICE_MEMORY",
+                call="vkAllocateMemory")
+        for attempt in (0, 1):
+            if attempt == 1:
+                # Free the cache (and let the manager retire finished work), then retry once.
+                if self._on_oom:
+                    self._on_oom()
+                self.empty_cache()
+            size = block_size
+            if self.memory_limit is not None and self.reserved + size > self.memory_limit:
+                size = need  # try a block just big enough before giving up
+                if self.reserved + size > self.memory_limit:
+                    if attempt == 1:
+                        raise OutOfMemoryError(
+                            f"tensor of {need} bytes does not fit the memory limit of "
+                            f"{self.memory_limit} bytes ({self.reserved} bytes reserved by "
+                            f"{self.nallocs} allocations)",
+                            result="VK_ERROR_OUT_OF_DEVICE_MEMORY", call="memory_limit")
+                    continue
+            try:
+                return self._create_block(sub, size)
+            except OutOfMemoryError:
+                if size > need:
+                    try:
+                        return self._create_block(sub, need)
+                    except OutOfMemoryError:
+                        pass
+                if attempt == 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _create_block(self, sub: SubPool, size: int) -> Block:
+        mapped = sub.kind == "host"
+        out = ffi.new("sg_block **")
+        last: DeviceError | None = None
+        for mem_type in self._types[sub.kind]:
+            rc = lib.sg_block_create(self._dev, size, mem_type, 1 if mapped else 0, out)
+            if rc == lib.SG_ERR_MEMORY_TYPE:
+                continue
+            try:
+                check(rc, f"allocating a {sub.kind} memory block of {size} bytes "
+                          f"(memory type {mem_type})")
+            except OutOfMemoryError as exc:
+                last = exc
+                continue
+            ptr = int(ffi.cast("uintptr_t", lib.sg_block_ptr(out[0]))) if mapped else 0
+            self.reserved += size
+            return Block(next(self._ids), out[0], ptr, size, mem_type, sub)
+        if last is not None:
+            raise last
+        raise DeviceError(f"no memory type of this device can hold a {sub.kind} buffer")
+
+    def empty_cache(self) -> int:
+        """Destroys blocks that hold no allocation; returns the bytes given back."""
+        freed = 0
+        for sub in self._subs.values():
+            for blk in sub.drop_empty_blocks():
+                lib.sg_block_destroy(blk.handle)
+                blk.handle = ffi.NULL
+                self.reserved -= blk.size
+                freed += blk.size
+        return freed
+
+    def destroy(self) -> None:
+        """Destroys every block, allocated or not. The device must be idle."""
+        for sub in self._subs.values():
+            for blk in sub.blocks.values():
+                lib.sg_block_destroy(blk.handle)
+                blk.handle = ffi.NULL
+            sub.blocks.clear()
+            sub.free.clear()
+        self.reserved = 0
+        self.allocated = 0
+        self.nallocs = 0
+
+    def stats(self) -> dict[str, int]:
+        return {
+            "allocated_bytes": self.allocated,
+            "reserved_bytes": self.reserved,
+            "peak_allocated_bytes": self.peak_allocated,
+            "blocks": sum(len(s.blocks) for s in self._subs.values()),
+            "allocations": self.nallocs,
+        }

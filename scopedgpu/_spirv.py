@@ -1,0 +1,302 @@
+"""SPIR-V reflection: what a compute shader needs from the algorithm that runs it.
+
+Reads the module once, strictly: malformed words raise ShaderError here instead of
+reaching a driver (some drivers crash on garbage). Reports the entry point's local size
+(literal, LocalSizeId, or a WorkgroupSize built-in, specialization constants included),
+the storage-buffer bindings of set 0, the push-constant block size, and the declared
+specialization constants with their widths.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+
+from scopedgpu._errors import ShaderError
+
+MAGIC = 0x07230203
+
+# Opcodes
+_OP_ENTRY_POINT = 15
+_OP_EXECUTION_MODE = 16
+_OP_EXECUTION_MODE_ID = 331
+_OP_TYPE_BOOL = 20
+_OP_TYPE_INT = 21
+_OP_TYPE_FLOAT = 22
+_OP_TYPE_VECTOR = 23
+_OP_TYPE_MATRIX = 24
+_OP_TYPE_ARRAY = 28
+_OP_TYPE_RUNTIME_ARRAY = 29
+_OP_TYPE_STRUCT = 30
+_OP_TYPE_POINTER = 32
+_OP_CONSTANT_TRUE = 41
+_OP_CONSTANT_FALSE = 42
+_OP_CONSTANT = 43
+_OP_CONSTANT_COMPOSITE = 44
+_OP_SPEC_CONSTANT_TRUE = 48
+_OP_SPEC_CONSTANT_FALSE = 49
+_OP_SPEC_CONSTANT = 50
+_OP_SPEC_CONSTANT_COMPOSITE = 51
+_OP_VARIABLE = 59
+_OP_DECORATE = 71
+_OP_MEMBER_DECORATE = 72
+_OP_MEMORY_MODEL = 14
+
+# Decorations, storage classes, modes
+_DEC_SPEC_ID = 1
+_DEC_BUFFER_BLOCK = 3
+_DEC_ARRAY_STRIDE = 6
+_DEC_BUILTIN = 11
+_DEC_BINDING = 33
+_DEC_DESCRIPTOR_SET = 34
+_DEC_OFFSET = 35
+_BUILTIN_WORKGROUP_SIZE = 25
+_SC_UNIFORM = 2
+_SC_PUSH_CONSTANT = 9
+_SC_STORAGE_BUFFER = 12
+_MODE_LOCAL_SIZE = 17
+_MODE_LOCAL_SIZE_ID = 38
+_MODEL_GLCOMPUTE = 5
+
+
+@dataclass
+class SpecConstant:
+    id: int
+    kind: str      # "float", "int", "uint", "bool"
+    width: int     # bits
+    default: float | int | bool
+
+
+@dataclass
+class ShaderInfo:
+    version: tuple[int, int]
+    local_size: tuple[int, int, int]
+    bindings: list[int] = field(default_factory=list)        # set 0 storage buffers
+    other_descriptors: list[tuple[int, int, str]] = field(default_factory=list)
+    push_constant_size: int = 0
+    spec_constants: dict[int, SpecConstant] = field(default_factory=dict)
+    # local size components that come from specialization constants: axis -> spec id
+    local_size_spec: dict[int, int] = field(default_factory=dict)
+
+    def local_size_with(self, spec_values: dict[int, int | float]) -> tuple[int, int, int]:
+        size = list(self.local_size)
+        for axis, sid in self.local_size_spec.items():
+            if sid in spec_values:
+                size[axis] = int(spec_values[sid])
+        return (size[0], size[1], size[2])
+
+
+def words_of(spirv: bytes | bytearray | memoryview) -> tuple[int, ...]:
+    data = bytes(spirv)
+    if len(data) < 20 or len(data) % 4:
+        raise ShaderError(
+            f"not SPIR-V: {len(data)} bytes (a module is a whole number of 32-bit words, "
+            "at least 5)")
+    (magic,) = struct.unpack_from("<I", data)
+    order = "<"
+    if magic != MAGIC:
+        if struct.unpack_from(">I", data)[0] == MAGIC:
+            order = ">"
+        else:
+            raise ShaderError(
+                f"not SPIR-V: magic number 0x{magic:08x}, expected 0x{MAGIC:08x} "
+                "(pass SPIR-V bytes, or GLSL through sg.compile_glsl)")
+    return struct.unpack(f"{order}{len(data) // 4}I", data)
+
+
+def _string(words: tuple[int, ...], start: int, end: int) -> tuple[str, int]:
+    raw = bytearray()
+    i = start
+    while i < end:
+        w = words[i]
+        i += 1
+        chunk = w.to_bytes(4, "little")
+        if 0 in chunk:
+            raw += chunk[: chunk.index(0)]
+            return raw.decode("utf-8", "replace"), i
+        raw += chunk
+    raise ShaderError("malformed SPIR-V: unterminated string literal")
+
+
+def reflect(spirv: bytes) -> ShaderInfo:
+    """Parses `spirv` and returns what it declares; ShaderError on anything malformed."""
+    w = words_of(spirv)
+    version = ((w[1] >> 16) & 0xFF, (w[1] >> 8) & 0xFF)
+    if version[0] != 1 or version[1] > 6:
+        raise ShaderError(f"unsupported SPIR-V version {version[0]}.{version[1]}")
+    bound = w[3]
+    if bound == 0 or bound > 4_194_304:
+        raise ShaderError(f"malformed SPIR-V: id bound {bound}")
+
+    entry_id = None
+    has_memory_model = False
+    local_size: list[int] | None = None
+    local_size_ids: list[int] | None = None
+    decorations: dict[int, dict[int, list[int]]] = {}
+    member_offsets: dict[int, dict[int, int]] = {}
+    types: dict[int, tuple] = {}
+    pointers: dict[int, tuple[int, int]] = {}
+    variables: list[tuple[int, int, int]] = []   # (type id, id, storage class)
+    constants: dict[int, tuple[int, list[int]]] = {}   # id -> (type, value words)
+    spec_scalars: dict[int, tuple[int, list[int] | bool]] = {}
+    composites: dict[int, list[int]] = {}
+
+    i = 5
+    n = len(w)
+    while i < n:
+        wc = w[i] >> 16
+        op = w[i] & 0xFFFF
+        if wc == 0 or i + wc > n:
+            raise ShaderError(f"malformed SPIR-V: bad instruction length at word {i}")
+        a = w[i + 1: i + wc]
+        if op == _OP_ENTRY_POINT:
+            if len(a) < 3:
+                raise ShaderError("malformed SPIR-V: short OpEntryPoint")
+            name, _ = _string(w, i + 3, i + wc)
+            if a[0] == _MODEL_GLCOMPUTE and name == "main":
+                entry_id = a[1]
+        elif op == _OP_MEMORY_MODEL:
+            has_memory_model = True
+        elif op == _OP_EXECUTION_MODE and len(a) >= 5 and a[1] == _MODE_LOCAL_SIZE:
+            if a[0] == entry_id or entry_id is None:
+                local_size = list(a[2:5])
+        elif op == _OP_EXECUTION_MODE_ID and len(a) >= 5 and a[1] == _MODE_LOCAL_SIZE_ID:
+            local_size_ids = list(a[2:5])
+        elif op == _OP_DECORATE and len(a) >= 2:
+            decorations.setdefault(a[0], {})[a[1]] = list(a[2:])
+        elif op == _OP_MEMBER_DECORATE and len(a) >= 4 and a[2] == _DEC_OFFSET:
+            member_offsets.setdefault(a[0], {})[a[1]] = a[3]
+        elif op == _OP_TYPE_BOOL:
+            types[a[0]] = ("bool", 32)
+        elif op == _OP_TYPE_INT and len(a) >= 3:
+            types[a[0]] = ("int" if a[2] else "uint", a[1])
+        elif op == _OP_TYPE_FLOAT and len(a) >= 2:
+            types[a[0]] = ("float", a[1])
+        elif op in (_OP_TYPE_VECTOR, _OP_TYPE_MATRIX) and len(a) >= 3:
+            types[a[0]] = ("vector", a[1], a[2])
+        elif op == _OP_TYPE_ARRAY and len(a) >= 3:
+            types[a[0]] = ("array", a[1], a[2])
+        elif op == _OP_TYPE_RUNTIME_ARRAY and len(a) >= 2:
+            types[a[0]] = ("runtime_array", a[1])
+        elif op == _OP_TYPE_STRUCT and len(a) >= 1:
+            types[a[0]] = ("struct", list(a[1:]))
+        elif op == _OP_TYPE_POINTER and len(a) >= 3:
+            pointers[a[0]] = (a[1], a[2])
+        elif op == _OP_CONSTANT and len(a) >= 3:
+            constants[a[1]] = (a[0], list(a[2:]))
+        elif op in (_OP_CONSTANT_TRUE, _OP_CONSTANT_FALSE) and len(a) >= 2:
+            constants[a[1]] = (a[0], [1 if op == _OP_CONSTANT_TRUE else 0])
+        elif op == _OP_SPEC_CONSTANT and len(a) >= 3:
+            spec_scalars[a[1]] = (a[0], list(a[2:]))
+        elif op in (_OP_SPEC_CONSTANT_TRUE, _OP_SPEC_CONSTANT_FALSE) and len(a) >= 2:
+            spec_scalars[a[1]] = (a[0], op == _OP_SPEC_CONSTANT_TRUE)
+        elif op in (_OP_CONSTANT_COMPOSITE, _OP_SPEC_CONSTANT_COMPOSITE) and len(a) >= 2:
+            composites[a[1]] = list(a[2:])
+        elif op == _OP_VARIABLE and len(a) >= 3:
+            variables.append((a[0], a[1], a[2]))
+        i += wc
+
+    if not has_memory_model:
+        raise ShaderError("malformed SPIR-V: no OpMemoryModel")
+    if entry_id is None:
+        raise ShaderError(
+            "the SPIR-V has no GLCompute entry point named 'main' (is it a compute shader?)")
+
+    def scalar_value(cid: int) -> int | float:
+        if cid in constants:
+            tid, vals = constants[cid]
+        elif cid in spec_scalars:
+            tid, vals = spec_scalars[cid]
+            if isinstance(vals, bool):
+                return int(vals)
+        else:
+            raise ShaderError(f"malformed SPIR-V: id {cid} is not a scalar constant")
+        kind = types.get(tid, ("uint", 32))
+        v = vals[0] if vals else 0
+        if kind[0] == "float" and kind[1] == 32:
+            return struct.unpack("<f", struct.pack("<I", v))[0]
+        return v
+
+    spec_constants: dict[int, SpecConstant] = {}
+    spec_id_of: dict[int, int] = {}
+    for cid, (tid, vals) in spec_scalars.items():
+        dec = decorations.get(cid, {})
+        if _DEC_SPEC_ID not in dec or not dec[_DEC_SPEC_ID]:
+            continue
+        sid = dec[_DEC_SPEC_ID][0]
+        kind, width = types.get(tid, ("uint", 32))[:2]
+        spec_constants[sid] = SpecConstant(sid, kind, width, scalar_value(cid))
+        spec_id_of[cid] = sid
+
+    local_size_spec: dict[int, int] = {}
+    # A WorkgroupSize built-in overrides the execution mode.
+    for cid, parts in composites.items():
+        dec = decorations.get(cid, {})
+        if dec.get(_DEC_BUILTIN, [None])[0] == _BUILTIN_WORKGROUP_SIZE and len(parts) == 3:
+            local_size = [int(scalar_value(p)) for p in parts]
+            local_size_spec = {ax: spec_id_of[p] for ax, p in enumerate(parts) if p in spec_id_of}
+    if local_size is None and local_size_ids is not None:
+        local_size = [int(scalar_value(p)) for p in local_size_ids]
+        local_size_spec = {ax: spec_id_of[p] for ax, p in enumerate(local_size_ids)
+                           if p in spec_id_of}
+    if local_size is None:
+        raise ShaderError("the SPIR-V declares no local size for its entry point")
+
+    def size_of(tid: int, depth: int = 0) -> int:
+        if depth > 32:
+            raise ShaderError("malformed SPIR-V: type nesting too deep")
+        t = types.get(tid)
+        if t is None:
+            raise ShaderError(f"malformed SPIR-V: unknown type id {tid}")
+        if t[0] in ("bool", "int", "uint", "float"):
+            return max(4, t[1] // 8) if t[0] == "bool" else t[1] // 8
+        if t[0] == "vector":
+            return t[2] * size_of(t[1], depth + 1)
+        if t[0] == "array":
+            stride = decorations.get(tid, {}).get(_DEC_ARRAY_STRIDE, [0])[0]
+            count = int(scalar_value(t[2]))
+            return count * (stride or size_of(t[1], depth + 1))
+        if t[0] == "runtime_array":
+            return 0
+        if t[0] == "struct":
+            offs = member_offsets.get(tid, {})
+            end = 0
+            off = 0
+            for m, mt in enumerate(t[1]):
+                off = offs.get(m, off)
+                off_end = off + size_of(mt, depth + 1)
+                end = max(end, off_end)
+                off = off_end
+            return end
+        raise ShaderError(f"malformed SPIR-V: unsized type {t[0]}")
+
+    bindings: list[int] = []
+    other: list[tuple[int, int, str]] = []
+    push_size = 0
+    for ptype, vid, sc in variables:
+        if sc == _SC_PUSH_CONSTANT:
+            pointee = pointers.get(ptype, (0, 0))[1]
+            push_size = max(push_size, size_of(pointee))
+            continue
+        dec = decorations.get(vid, {})
+        if _DEC_BINDING not in dec:
+            continue
+        binding = dec[_DEC_BINDING][0]
+        dset = dec.get(_DEC_DESCRIPTOR_SET, [0])[0]
+        pointee = pointers.get(ptype, (0, 0))[1]
+        is_storage = sc == _SC_STORAGE_BUFFER or (
+            sc == _SC_UNIFORM and _DEC_BUFFER_BLOCK in decorations.get(pointee, {}))
+        if is_storage and dset == 0:
+            bindings.append(binding)
+        else:
+            kind = "uniform buffer" if sc == _SC_UNIFORM else f"storage class {sc}"
+            other.append((dset, binding, kind))
+
+    return ShaderInfo(
+        version=version,
+        local_size=(local_size[0], local_size[1], local_size[2]),
+        bindings=sorted(set(bindings)),
+        other_descriptors=other,
+        push_constant_size=push_size,
+        spec_constants=spec_constants,
+        local_size_spec=local_size_spec,
+    )

@@ -1,0 +1,268 @@
+"""Algorithms: a cached compute pipeline plus the descriptor set binding its tensors."""
+from __future__ import annotations
+
+import struct
+from typing import TYPE_CHECKING, Any, Sequence as Seq
+
+import numpy as np
+
+from scopedgpu._base import Child, Handle
+from scopedgpu._errors import ShaderError, check
+from scopedgpu._ffi import ffi, lib
+from scopedgpu._spirv import ShaderInfo, SpecConstant
+from scopedgpu.tensor import Tensor
+
+if TYPE_CHECKING:
+    from scopedgpu.manager import Manager, _Program, _State
+
+__all__ = ["Algorithm", "encode_push_consts", "encode_spec_consts"]
+
+
+class _AlgoHandle(Handle):
+    __slots__ = ("dset", "program")
+
+    def __init__(self, dset: Any, program: _Program):
+        self.dset = dset
+        self.program = program
+
+    def release(self, state: _State, closing: bool) -> None:
+        if self.dset is not None:
+            lib.sg_dset_destroy(self.dset)
+            self.dset = None
+        if self.program is not None:
+            state.unref_program(self.program)
+            self.program = None
+
+
+def encode_push_consts(values: Any, what: str) -> bytes:
+    """A list gives float32 values (kp's convention); a numpy array keeps its dtype."""
+    if values is None:
+        return b""
+    if isinstance(values, (bytes, bytearray, memoryview)):
+        return bytes(values)
+    if isinstance(values, np.ndarray):
+        arr = np.ascontiguousarray(values)
+        if arr.dtype.kind not in "iuf" or arr.dtype.byteorder == ">":
+            raise TypeError(f"{what}: push constants of dtype {arr.dtype} are not supported")
+        return arr.tobytes()
+    try:
+        return np.asarray(list(values), dtype=np.float32).tobytes()
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{what}: push constants must be a list of numbers or a numpy "
+                        f"array, not {values!r}") from exc
+
+
+_FMT = {("float", 32): "<f", ("float", 64): "<d", ("int", 32): "<i", ("int", 64): "<q",
+        ("uint", 32): "<I", ("uint", 64): "<Q", ("bool", 32): "<I",
+        ("int", 16): "<h", ("uint", 16): "<H", ("float", 16): "<e",
+        ("int", 8): "<b", ("uint", 8): "<B"}
+
+
+def encode_spec_consts(values: Any, info: ShaderInfo, what: str) -> tuple[
+        list[int], list[int], list[int], bytes]:
+    """Specialization constant i gets id i. A list's values take the type the shader
+    declares for that id (so [2.0] specializes a float, [2] an int); a numpy array is
+    passed bit for bit with its dtype, whose width must match the declaration."""
+    if values is None:
+        return [], [], [], b""
+    decl = info.spec_constants
+    ids: list[int] = []
+    offsets: list[int] = []
+    sizes: list[int] = []
+    blob = bytearray()
+    if isinstance(values, np.ndarray):
+        arr = np.ascontiguousarray(values).reshape(-1)
+        items: list[Any] = [arr[i:i + 1].tobytes() for i in range(arr.size)]
+    else:
+        items = list(values)
+    for i, v in enumerate(items):
+        sc: SpecConstant | None = decl.get(i)
+        if sc is None:
+            declared = sorted(decl) or "none"
+            raise ValueError(
+                f"{what}: specialization constant {i} is not declared by the shader "
+                f"(constant_id values it declares: {declared})")
+        width = max(8, sc.width)
+        if isinstance(v, bytes):
+            if len(v) * 8 != width:
+                raise ValueError(
+                    f"{what}: specialization constant {i} is a {sc.width}-bit {sc.kind} in "
+                    f"the shader, but the array gives {len(v) * 8} bits")
+            raw = v
+        else:
+            fmt = _FMT.get((sc.kind, sc.width))
+            if fmt is None:
+                raise ValueError(f"{what}: unsupported specialization constant type "
+                                 f"{sc.kind}{sc.width}")
+            try:
+                raw = struct.pack(fmt, float(v) if sc.kind == "float" else int(v))
+            except (struct.error, TypeError, ValueError) as exc:
+                raise ValueError(f"{what}: specialization constant {i}={v!r} does not fit "
+                                 f"a {sc.width}-bit {sc.kind}") from exc
+        ids.append(i)
+        offsets.append(len(blob))
+        sizes.append(len(raw))
+        blob += raw
+        # Each entry 4-byte aligned, as drivers expect.
+        while len(blob) % 4:
+            blob += b"\0"
+    return ids, offsets, sizes, bytes(blob)
+
+
+class Algorithm(Child):
+    """A compute shader bound to tensors (binding i is tensors[i]).
+
+    The pipeline is cached by the manager by (SPIR-V, specialization constants): another
+    algorithm with the same shader reuses it. destroy() frees the descriptor set after
+    the GPU work that uses it; the tensors are only referred to, never freed.
+    """
+    _what = "algorithm"
+
+    def __init__(self, manager: Manager, tensors: Seq[Tensor], spirv: bytes,
+                 workgroup: Seq[int] | None, spec_consts: Any, push_consts: Any):
+        state = manager._state
+        tensors = list(tensors)
+        for i, t in enumerate(tensors):
+            if not isinstance(t, Tensor):
+                raise TypeError(f"algorithm binding {i} must be a Tensor, not {type(t).__name__}")
+            if t.manager is not manager:
+                raise ValueError(f"algorithm binding {i}: {t!r} belongs to another manager")
+            t._check()
+        info = state.reflect(spirv)
+        what = f"algorithm over {len(tensors)} tensors"
+        if info.other_descriptors:
+            dset, binding, kind = info.other_descriptors[0]
+            raise ShaderError(
+                f"{what}: the shader declares a {kind} at set {dset}, binding {binding}; "
+                "scopedgpu binds tensors as storage buffers of set 0")
+        expected = list(range(len(tensors)))
+        if info.bindings != expected:
+            raise ShaderError(
+                f"{what}: the shader declares storage-buffer bindings {info.bindings}, but "
+                f"{len(tensors)} tensors were given (binding i is tensors[i], so the shader "
+                f"must declare bindings {expected})")
+        dev = state.info
+        limit = dev.max_storage_buffer_range
+        for i, t in enumerate(tensors):
+            if t.nbytes > limit:
+                raise ValueError(
+                    f"{what}: {t!r} is {t.nbytes} bytes, more than this device's "
+                    f"maxStorageBufferRange ({limit} bytes) that one binding can span")
+        if len(tensors) > dev.max_storage_buffers_per_stage:
+            raise ValueError(f"{what}: this device binds at most "
+                             f"{dev.max_storage_buffers_per_stage} storage buffers per shader")
+
+        spec = encode_spec_consts(spec_consts, info, what)
+        spec_values = {}
+        for sid, off, size in zip(spec[0], spec[1], spec[2]):
+            sc = info.spec_constants[sid]
+            fmt = _FMT.get((sc.kind, sc.width))
+            if fmt:
+                spec_values[sid] = struct.unpack(fmt, spec[3][off:off + size])[0]
+        local = info.local_size_with(spec_values)
+        if (any(v < 1 for v in local)
+                or any(v > m for v, m in zip(local, dev.max_workgroup_size))
+                or local[0] * local[1] * local[2] > dev.max_workgroup_invocations):
+            raise ShaderError(
+                f"{what}: local size {local} exceeds this device's limits "
+                f"(maxComputeWorkGroupSize {dev.max_workgroup_size}, "
+                f"maxComputeWorkGroupInvocations {dev.max_workgroup_invocations})")
+        if info.push_constant_size > dev.max_push_constants_size:
+            raise ShaderError(f"{what}: the shader's push constants take "
+                              f"{info.push_constant_size} bytes; this device allows "
+                              f"{dev.max_push_constants_size}")
+        self._info = info
+        self._local_size = local
+        push = encode_push_consts(push_consts, what)
+        self._push = self._check_push(push, what) if push else bytes(info.push_constant_size)
+        self._push_values = push_consts
+        self._workgroup = self.check_workgroup(workgroup, tensors, what, dev.max_workgroup_count)
+        self._tensors = tensors
+        self._spec_consts = spec_consts
+
+        with state.lock:
+            state.check_open()
+            state.collect()
+            program = state.get_program(spirv, info, spec)
+            try:
+                blocks = ffi.new("sg_block *[]", [t._gpu.block.handle for t in tensors] or [ffi.NULL])
+                offsets = ffi.new("uint64_t[]", [t._gpu.offset for t in tensors] or [0])
+                ranges = ffi.new("uint64_t[]", [t.nbytes for t in tensors] or [0])
+                out = ffi.new("sg_dset **")
+                rc = lib.sg_dset_create(state.dev, program.handle, len(tensors), blocks,
+                                        offsets, ranges, out)
+                check(rc, f"creating the descriptor set of {what}")
+            except BaseException:
+                state.unref_program(program)
+                raise
+            super().__init__(manager, _AlgoHandle(out[0], program))
+            state.algorithms.add(self)
+            state.check_validation(f"creating {self!r}")
+
+    def _check_push(self, push: bytes, what: str) -> bytes:
+        need = self._info.push_constant_size
+        if need == 0:
+            raise ValueError(f"{what}: push constants were given ({len(push)} bytes) but "
+                             "the shader declares none")
+        if len(push) != need:
+            raise ValueError(f"{what}: the shader's push constants take {need} bytes, "
+                             f"{len(push)} bytes were given (a list gives 4-byte float32 "
+                             "values; pass a numpy array for other types)")
+        return push
+
+    def check_workgroup(self, workgroup: Seq[int] | None, tensors: list[Tensor],
+                        what: str, maxc: tuple[int, int, int]) -> tuple[int, int, int]:
+        """The number of workgroups: `workgroup` checked against the device, or by default
+        enough groups of the shader's local size to cover tensors[0]."""
+        if workgroup is None:
+            if not tensors:
+                raise ValueError(f"{what}: give a workgroup when there are no tensors")
+            n = tensors[0].size
+            wg = ((n + self._local_size[0] - 1) // self._local_size[0], 1, 1)
+        else:
+            try:
+                wg_list = [int(v) for v in workgroup]
+            except (TypeError, ValueError) as exc:
+                raise TypeError(f"{what}: workgroup must be up to three integers, "
+                                f"not {workgroup!r}") from exc
+            if not 1 <= len(wg_list) <= 3:
+                raise ValueError(f"{what}: workgroup must have 1 to 3 entries, not {workgroup!r}")
+            wg_list += [1] * (3 - len(wg_list))
+            wg = (wg_list[0], wg_list[1], wg_list[2])
+        for axis, (v, m) in enumerate(zip(wg, maxc)):
+            if v < 1:
+                raise ValueError(f"{what}: workgroup {wg} has {v} groups on axis {axis}; "
+                                 "every axis needs at least 1")
+            if v > m:
+                raise ValueError(f"{what}: workgroup {wg} exceeds this device's "
+                                 f"maxComputeWorkGroupCount {maxc} on axis {axis}")
+        return wg
+
+    # -- public -------------------------------------------------------------------
+    @property
+    def tensors(self) -> list[Tensor]:
+        return list(self._tensors)
+
+    @property
+    def workgroup(self) -> tuple[int, int, int]:
+        return self._workgroup
+
+    @property
+    def local_size(self) -> tuple[int, int, int]:
+        return self._local_size
+
+    @property
+    def spec_consts(self) -> Any:
+        return self._spec_consts
+
+    @property
+    def push_consts(self) -> Any:
+        return self._push_values
+
+    def __repr__(self) -> str:
+        state = " destroyed" if self._destroyed else ""
+        return (f"<Algorithm #{self._id} bindings={len(self._tensors)} "
+                f"workgroup={self._workgroup} local_size={self._local_size}{state}>")
+
+    def _forget(self) -> None:
+        self._mgr._state.algorithms.discard(self)

@@ -1,0 +1,77 @@
+"""GLSL to SPIR-V through glslc or glslangValidator, cached on disk by content hash."""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Mapping
+
+from scopedgpu._errors import ShaderError
+
+__all__ = ["compile_glsl", "cache_dir"]
+
+
+def cache_dir() -> Path:
+    """SCOPEDGPU_CACHE_DIR, else $XDG_CACHE_HOME/scopedgpu, else ~/.cache/scopedgpu."""
+    env = os.environ.get("SCOPEDGPU_CACHE_DIR")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "scopedgpu"
+
+
+def _compiler() -> tuple[str, str] | None:
+    for name in ("glslc", "glslangValidator"):
+        path = shutil.which(name)
+        if path:
+            return name, path
+    return None
+
+
+def compile_glsl(source: str, *, defines: Mapping[str, object] | None = None) -> bytes:
+    """Compiles a GLSL compute shader to SPIR-V bytes (target Vulkan 1.1).
+
+    Results are cached on disk by a hash of the source and defines, so a machine without a
+    compiler can still use shaders compiled before. Compiler errors raise ShaderError with
+    the compiler's message (file and line)."""
+    if not isinstance(source, str):
+        raise TypeError(f"source must be GLSL text (str), not {type(source).__name__}")
+    defs = sorted((str(k), "" if v is None else str(v)) for k, v in (defines or {}).items())
+    key = hashlib.sha256(repr((source, defs, "vulkan1.1")).encode()).hexdigest()
+    cached = cache_dir() / "spirv" / f"{key}.spv"
+    try:
+        return cached.read_bytes()
+    except OSError:
+        pass
+    comp = _compiler()
+    if comp is None:
+        raise ShaderError("no GLSL compiler found: install glslc (Debian/Ubuntu: apt-get "
+                          "install glslc) or glslangValidator (apt-get install glslang-tools), "
+                          "or pass SPIR-V bytes")
+    name, path = comp
+    with tempfile.TemporaryDirectory(prefix="scopedgpu-") as tmp:
+        src = Path(tmp) / "shader.comp"
+        out = Path(tmp) / "shader.spv"
+        src.write_text(source)
+        if name == "glslc":
+            cmd = [path, "--target-env=vulkan1.1", "-O"] + [
+                f"-D{k}={v}" if v else f"-D{k}" for k, v in defs] + [str(src), "-o", str(out)]
+        else:
+            cmd = [path, "-V", "--target-env", "vulkan1.1"] + [
+                f"-D{k}={v}" if v else f"-D{k}" for k, v in defs] + [str(src), "-o", str(out)]
+        res = subprocess.run(cmd, capture_output=True, text=True)
+        if res.returncode != 0:
+            msg = (res.stderr + res.stdout).replace(str(src), "shader.comp").strip()
+            raise ShaderError(f"GLSL compilation failed:\n{msg}")
+        spirv = out.read_bytes()
+    try:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        tmpfile = cached.with_suffix(f".{os.getpid()}.tmp")
+        tmpfile.write_bytes(spirv)
+        os.replace(tmpfile, cached)
+    except OSError:
+        pass  # a read-only cache only costs a recompile
+    return spirv

@@ -1,0 +1,536 @@
+"""The Manager: one Vulkan device, its memory pool, and every object made on it."""
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import threading
+import weakref
+from collections import OrderedDict
+from typing import Any, Iterable, Sequence as Seq
+
+import numpy as np
+
+from scopedgpu import _device
+from scopedgpu._base import Handle
+from scopedgpu._errors import DestroyedError, ShaderError, ValidationError, check
+from scopedgpu._ffi import ffi, lib
+from scopedgpu._pool import Pool
+from scopedgpu._spirv import ShaderInfo, reflect
+from scopedgpu.algorithm import Algorithm
+from scopedgpu.ops import Op
+from scopedgpu.sequence import SPIN_NS, Sequence
+from scopedgpu.tensor import KINDS, Tensor, dtype_feature
+
+__all__ = ["Manager"]
+
+log = logging.getLogger("scopedgpu")
+
+# Shim live-count indices -> names reported by live_objects()
+_LIVE_NAMES = ("instances", "devices", "buffers", "memory_blocks", "shader_modules",
+               "descriptor_set_layouts", "pipeline_layouts", "pipelines", "descriptor_pools",
+               "command_pools", "fences", "query_pools", "debug_messengers")
+UNUSED_PROGRAMS_KEPT = 64
+
+
+def shim_live_counts(dev: Any = None) -> dict[str, int]:
+    buf = ffi.new("int64_t[]", lib.SG_LIVE_COUNT)
+    lib.sg_live_counts(dev if dev is not None else ffi.NULL, buf)
+    return {name: int(buf[i]) for i, name in enumerate(_LIVE_NAMES)}
+
+
+def _env_flag(name: str) -> bool | None:
+    v = os.environ.get(name)
+    if v is None or v.strip() == "":
+        return None
+    return v.strip().lower() not in ("0", "false", "no", "off")
+
+
+class _Program:
+    """A cached pipeline (sg_program), shared by algorithms with the same SPIR-V and
+    specialization constants; refcounted by the algorithms that use it."""
+    __slots__ = ("handle", "key", "refs")
+
+    def __init__(self, handle: Any, key: tuple):
+        self.handle = handle
+        self.key = key
+        self.refs = 0
+
+
+class _State:
+    """Everything the manager owns. The manager's finalizer holds this, never the Manager,
+    so close() can run when the Manager object itself is gone."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.closed = False
+        self.inst: Any = None
+        self.dev: Any = None
+        self.info: _device.DeviceInfo = None  # type: ignore[assignment]
+        self.debug = False
+        self.pool: Pool = None  # type: ignore[assignment]
+        self.tensors: weakref.WeakSet[Tensor] = weakref.WeakSet()
+        self.algorithms: weakref.WeakSet[Algorithm] = weakref.WeakSet()
+        self.sequences: weakref.WeakSet[Sequence] = weakref.WeakSet()
+        self.named: dict[str, Sequence] = {}
+        self.running: set[Sequence] = set()
+        # Handles of objects that became unreachable; released at the next safe point.
+        self.garbage: collections.deque[Handle] = collections.deque()
+        # [sequences still running, handle] releases waiting for fences
+        self.deferred: list[tuple[set[Sequence], Handle]] = []
+        self.programs: dict[tuple, _Program] = {}
+        self.unused_programs: OrderedDict[tuple, _Program] = OrderedDict()
+        self.reflections: OrderedDict[bytes, ShaderInfo] = OrderedDict()
+        self.msg_buf = ffi.new("char[]", 65536)
+
+    # -- safe points ------------------------------------------------------------------
+    def check_open(self) -> None:
+        if self.closed:
+            raise DestroyedError("the manager is closed: create a new Manager")
+
+    def collect(self) -> None:
+        """Releases what finalizers queued and retires sequences whose fences signalled.
+        Called with the lock held at the start of public operations."""
+        garbage = self.garbage
+        while garbage:
+            self.release(garbage.popleft())
+        if self.running:
+            for seq in list(self.running):
+                if seq._h is not None and lib.sg_seq_status(seq._h) != lib.SG_TIMEOUT:
+                    seq._finish()
+
+    def release(self, handle: Handle) -> None:
+        """Releases now, or once every running sequence that uses the handle completed."""
+        users = {s for s in self.running if handle in s._inflight}
+        if users:
+            self.deferred.append((users, handle))
+        else:
+            handle.release(self, False)
+
+    def completed(self, seq: Sequence) -> None:
+        if not self.deferred:
+            return
+        keep = []
+        ready = []
+        for users, handle in self.deferred:
+            users.discard(seq)
+            (keep if users else ready).append((users, handle))
+        self.deferred = keep
+        for _, handle in ready:
+            handle.release(self, False)
+
+    def check_validation(self, what: str) -> None:
+        """Debug mode: validation warnings go to the log, errors raise ValidationError."""
+        if not self.debug or self.inst is None or lib.sg_instance_pending(self.inst) == 0:
+            return
+        nerr = ffi.new("int *")
+        lib.sg_instance_messages(self.inst, self.msg_buf, len(self.msg_buf), nerr)
+        text = ffi.string(self.msg_buf).decode(errors="replace")
+        errors = []
+        for line in text.splitlines():
+            if line.startswith("E "):
+                errors.append(line[2:])
+            elif line.startswith("W "):
+                log.warning("Vulkan validation: %s", line[2:])
+        if errors:
+            raise ValidationError(f"{what}: the validation layer reported "
+                                  f"{len(errors)} error(s):\n" + "\n".join(errors))
+
+    # -- shaders -------------------------------------------------------------------------
+    def reflect(self, spirv: Any) -> ShaderInfo:
+        if not isinstance(spirv, (bytes, bytearray, memoryview)):
+            raise TypeError(f"spirv must be bytes (SPIR-V, e.g. from sg.compile_glsl), not "
+                            f"{type(spirv).__name__}")
+        key = bytes(spirv)
+        info = self.reflections.get(key)
+        if info is None:
+            info = reflect(key)
+            api = tuple(int(x) for x in self.info.api_version.split(".")[:2])
+            maxv = (1, 6) if api >= (1, 3) else ((1, 5) if api >= (1, 2) else (1, 3))
+            if info.version > maxv:
+                raise ShaderError(f"SPIR-V {info.version[0]}.{info.version[1]} is newer than "
+                                  f"this device's Vulkan {self.info.api_version} accepts")
+            self.reflections[key] = info
+            if len(self.reflections) > 256:
+                self.reflections.popitem(last=False)
+        return info
+
+    def get_program(self, spirv: bytes, info: ShaderInfo, spec: tuple) -> _Program:
+        ids, offsets, sizes, blob = spec
+        key = (bytes(spirv), tuple(ids), tuple(sizes), blob)
+        prog = self.programs.get(key)
+        if prog is None:
+            code = ffi.from_buffer("uint32_t[]", bytes(spirv))
+            out = ffi.new("sg_program **")
+            n = len(ids)
+            rc = lib.sg_program_create(
+                self.dev, code, len(spirv), len(info.bindings), info.push_constant_size, n,
+                ffi.new("uint32_t[]", ids or [0]), ffi.new("uint32_t[]", offsets or [0]),
+                ffi.new("uint32_t[]", sizes or [0]), blob or ffi.NULL, len(blob), out)
+            if rc in (-3, -1000012000, -13):  # INITIALIZATION_FAILED, INVALID_SHADER, UNKNOWN
+                raise ShaderError(f"the driver rejected the shader ({len(spirv)} bytes of "
+                                  f"SPIR-V): {ffi.string(lib.sg_last_call()).decode()} failed")
+            check(rc, "creating a compute pipeline")
+            prog = _Program(out[0], key)
+            self.programs[key] = prog
+            self.check_validation("creating a compute pipeline")
+        self.unused_programs.pop(key, None)
+        prog.refs += 1
+        return prog
+
+    def unref_program(self, prog: _Program) -> None:
+        prog.refs -= 1
+        if prog.refs == 0:
+            self.unused_programs[prog.key] = prog
+            while len(self.unused_programs) > UNUSED_PROGRAMS_KEPT:
+                _, old = self.unused_programs.popitem(last=False)
+                self._destroy_program(old)
+
+    def _destroy_program(self, prog: _Program) -> None:
+        del self.programs[prog.key]
+        lib.sg_program_destroy(prog.handle)
+        prog.handle = None
+
+    def drop_unused_programs(self) -> int:
+        n = len(self.unused_programs)
+        for prog in list(self.unused_programs.values()):
+            self._destroy_program(prog)
+        self.unused_programs.clear()
+        return n
+
+
+def _shutdown(state: _State) -> None:
+    """Closes a manager: waits for all GPU work, then destroys sequences, algorithms,
+    tensors, pipelines, memory blocks, the device and the instance, children first.
+    Runs at most once (it is the manager's weakref.finalize callback)."""
+    with state.lock:
+        if state.closed:
+            return
+        state.closed = True
+        if state.dev is not None:
+            lib.sg_device_wait_idle(state.dev)
+            for seq in list(state.running):
+                try:
+                    seq._finish()
+                except Exception:  # a failed host copy must not stop the teardown
+                    log.exception("completing %r while closing", seq)
+            state.running.clear()
+            for users, handle in state.deferred:
+                handle.release(state, True)
+            state.deferred.clear()
+            while state.garbage:
+                state.garbage.popleft().release(state, True)
+            for group in (state.sequences, state.algorithms, state.tensors):
+                for obj in list(group):
+                    h = obj._mark_destroyed()
+                    if h is not None:
+                        h.release(state, True)
+                group.clear()
+            state.named.clear()
+            for prog in list(state.programs.values()):
+                lib.sg_program_destroy(prog.handle)
+            state.programs.clear()
+            state.unused_programs.clear()
+            if state.pool is not None:
+                state.pool.destroy()
+            try:
+                state.check_validation("closing the manager")
+            except ValidationError as exc:
+                log.error("%s", exc)
+            lib.sg_device_destroy(state.dev)
+            state.dev = None
+        if state.inst is not None:
+            lib.sg_instance_destroy(state.inst)
+            state.inst = None
+
+
+class Manager:
+    """One Vulkan device and everything made on it.
+
+    Manager(device=None, *, debug=None, memory_limit=None): `device` is an index, a
+    case-insensitive name substring, or None for the best device (discrete > integrated >
+    virtual > cpu; SCOPEDGPU_DEVICE overrides). debug=True (or SCOPEDGPU_DEBUG=1) turns on
+    the Khronos validation layer; its errors raise ValidationError from the call that
+    caused them. memory_limit (or SCOPEDGPU_MEMORY_LIMIT) caps the bytes of the tensor pool.
+
+    close() (or the end of a `with` block, or interpreter exit) waits for all GPU work and
+    then frees everything the manager made. Most calls are thread-safe: one lock guards the
+    manager's state; fence waits happen outside it. A single Sequence should be driven by
+    one thread at a time.
+    """
+
+    def __init__(self, device: int | str | None = None, *, debug: bool | None = None,
+                 memory_limit: int | None = None):
+        _device.load_vulkan()
+        if debug is None:
+            debug = bool(_env_flag("SCOPEDGPU_DEBUG"))
+        if memory_limit is None and os.environ.get("SCOPEDGPU_MEMORY_LIMIT"):
+            memory_limit = int(float(os.environ["SCOPEDGPU_MEMORY_LIMIT"]))
+        if memory_limit is not None and memory_limit <= 0:
+            raise ValueError(f"memory_limit must be a positive number of bytes, not {memory_limit}")
+        state = _State()
+        self._state = state
+        # Registered first, so that whatever is created below is freed on failure too.
+        self._finalizer = weakref.finalize(self, _shutdown, state)
+        try:
+            out = ffi.new("sg_instance **")
+            rc = lib.sg_instance_create(1 if debug else 0, out)
+            if rc == lib.SG_ERR_NO_LAYER:
+                log.warning("debug=True, but the Khronos validation layer is not installed "
+                            "(Debian/Ubuntu: apt-get install vulkan-validationlayers); "
+                            "continuing without validation")
+                debug = False
+                rc = lib.sg_instance_create(0, out)
+            if rc != 0:
+                try:
+                    check(rc, "creating a Vulkan instance")
+                except Exception as exc:
+                    raise _device.NoDeviceError(f"{exc}. {_device.INSTALL_HINT}") from exc
+            state.inst = out[0]
+            state.debug = bool(debug)
+            info = _device.choose_device(_device.enumerate_devices(state.inst), device)
+            dout = ffi.new("sg_device **")
+            check(lib.sg_device_create(state.inst, info.index, min(info.queue_count, 8), dout),
+                  f"creating a logical device on {info.name}")
+            state.dev = dout[0]
+            state.info = info
+            state.pool = Pool(state.dev, info, memory_limit, on_oom=state.collect)
+            state.check_validation(f"opening {info.name}")
+        except BaseException:
+            self._finalizer()
+            raise
+        self._nqueues = lib.sg_device_queue_count(state.dev)
+
+    # -- life ------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Waits for all GPU work, then destroys every sequence, algorithm and tensor of
+        this manager, its pipelines and memory, and the device. Idempotent. data() arrays
+        stay valid."""
+        self._finalizer()
+
+    @property
+    def closed(self) -> bool:
+        return self._state.closed
+
+    def __enter__(self) -> Manager:
+        self._state.check_open()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def device(self) -> _device.DeviceInfo:
+        """The DeviceInfo of the device this manager runs on."""
+        return self._state.info
+
+    @property
+    def debug(self) -> bool:
+        return self._state.debug
+
+    def __repr__(self) -> str:
+        st = self._state
+        name = st.info.name if st.info else "?"
+        return f"<Manager {name!r}{' closed' if st.closed else ''}>"
+
+    def _open(self) -> _State:
+        st = self._state
+        st.check_open()
+        return st
+
+    # -- tensors ------------------------------------------------------------------------------
+    def tensor(self, data: Any, *, dtype: Any = None, kind: str = "device") -> Tensor:
+        """Copies `data` (array-like) into a new tensor. Python lists give float32 (as in
+        kp) unless dtype says otherwise; numpy arrays keep their dtype. kind: "device",
+        "host" or "storage" (see Tensor). The tensor's memory returns to the pool on
+        destroy(), at close(), or when it becomes unreachable."""
+        st = self._open()
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
+        if isinstance(data, Tensor):
+            raise TypeError("mgr.tensor() copies array data; to copy a tensor on the device "
+                            "use OpTensorCopy")
+        if dtype is None and not isinstance(data, np.ndarray) and not hasattr(data, "__array__"):
+            dtype = np.float32   # kp: Python lists are float32
+        try:
+            arr = np.array(data, dtype=dtype, order="C", copy=True)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"cannot make a tensor from {type(data).__name__}: {exc}") from exc
+        self._check_dtype(arr.dtype)
+        if arr.dtype.byteorder not in ("=", "|"):
+            arr = arr.astype(arr.dtype.newbyteorder("="))
+        if arr.size == 0:
+            raise ValueError(f"a tensor needs at least one element; got shape {arr.shape}")
+        return Tensor(self, arr, kind)
+
+    def tensor_t(self, array: Any, kind: str = "device") -> Tensor:
+        """kp-compatible: like tensor(), keeping the array's dtype."""
+        arr = np.asarray(array)
+        return self.tensor(arr, dtype=arr.dtype, kind=kind)
+
+    def empty(self, shape: int | Seq[int], dtype: Any = np.float32, *,
+              kind: str = "device") -> Tensor:
+        """A zero-filled tensor."""
+        return self.tensor(np.zeros(shape, dtype=dtype), dtype=dtype, kind=kind)
+
+    def _check_dtype(self, dtype: np.dtype) -> None:
+        feature = dtype_feature(dtype)
+        if feature is not None and not getattr(self._state.info, feature):
+            raise TypeError(f"dtype {dtype} needs the device feature '{feature}', which "
+                            f"{self._state.info.name} does not support")
+
+    def _upload(self, tensor: Tensor, array: np.ndarray) -> None:
+        """Writes `array` into a storage tensor through a temporary staging range."""
+        st = self._state
+        with st.lock:
+            stage = st.pool.alloc(array.nbytes, "host")
+        try:
+            ffi.memmove(ffi.cast("void *", stage.address), ffi.from_buffer(array), array.nbytes)
+            self._oneoff(lambda h: lib.sg_seq_copy(h, stage.block.handle, stage.offset,
+                                                   tensor._gpu.block.handle, tensor._gpu.offset,
+                                                   array.nbytes), f"uploading {tensor!r}")
+        finally:
+            with st.lock:
+                st.pool.free(stage)
+
+    def _oneoff(self, record: Any, what: str) -> None:
+        st = self._state
+        out = ffi.new("sg_seq **")
+        with st.lock:
+            check(lib.sg_seq_create(st.dev, 0, 0, out), what)
+        h = out[0]
+        try:
+            check(lib.sg_seq_begin(h), what)
+            record(h)
+            lib.sg_seq_barrier(h, 0x1800, 0x1040, 0x1800, 0x1860)
+            check(lib.sg_seq_end(h), what)
+            with st.lock:
+                check(lib.sg_seq_submit(h), what)
+            check(lib.sg_seq_wait(h, 2**64 - 1, SPIN_NS), what)
+        finally:
+            with st.lock:
+                lib.sg_seq_destroy(h)
+                st.check_validation(what)
+
+    # -- algorithms and sequences -----------------------------------------------------------
+    def algorithm(self, tensors: Seq[Tensor], spirv: bytes, workgroup: Seq[int] | None = None,
+                  spec_consts: Any = None, push_consts: Any = None) -> Algorithm:
+        """A compute shader bound to tensors (binding i is tensors[i]). workgroup: number of
+        workgroups (x, y, z); None covers tensors[0] with the shader's own local size.
+        spec_consts/push_consts: a list gives float32 values (kp), a numpy array keeps its
+        dtype. Sizes are checked against the SPIR-V."""
+        self._open()
+        return Algorithm(self, tensors, spirv, workgroup, spec_consts, push_consts)
+
+    def sequence(self, name: str | None = None, *, queue: int = 0,
+                 timestamps: bool = False) -> Sequence:
+        """name None: a new anonymous sequence (destroyed at the end of its `with` block).
+        A name: the named sequence of that name, created on first use."""
+        st = self._open()
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"a sequence name must be a str or None, not {type(name).__name__}")
+        if not isinstance(queue, int) or not 0 <= queue < self._nqueues:
+            raise ValueError(f"queue must be an index below {self._nqueues} (this manager "
+                             f"opened {self._nqueues} queue(s)), not {queue!r}")
+        if timestamps and not st.info.timestamps:
+            raise ValueError(f"{st.info.name} does not support timestamps on its compute queue")
+        with st.lock:
+            if name is not None and name in st.named:
+                seq = st.named[name]
+                return seq
+            seq = Sequence(self, name, queue, timestamps)
+            if name is not None:
+                st.named[name] = seq
+            return seq
+
+    def delete_sequence(self, name: str) -> None:
+        """Waits for the named sequence and destroys it. KeyError if there is none."""
+        st = self._open()
+        with st.lock:
+            seq = st.named.get(name)
+        if seq is None:
+            raise KeyError(f"no named sequence {name!r}; named sequences: "
+                           f"{sorted(st.named) or 'none'}")
+        seq.destroy()
+
+    def clear_sequences(self, *, named: bool = False) -> int:
+        """Destroys every anonymous sequence (and the named ones too when named=True),
+        after their GPU work; returns how many it destroyed."""
+        st = self._open()
+        with st.lock:
+            victims = [s for s in list(st.sequences)
+                       if not s.destroyed and (s.name is None or named)]
+        for s in victims:
+            s.destroy()
+        return len(victims)
+
+    def sequence_names(self) -> list[str]:
+        return sorted(self._open().named)
+
+    def sequences(self) -> list[Sequence]:
+        """The live sequences, named and anonymous."""
+        st = self._open()
+        with st.lock:
+            return sorted((s for s in st.sequences if not s.destroyed), key=lambda s: s._id)
+
+    def run(self, *ops: Op) -> None:
+        """Records the ops in an anonymous sequence, evaluates it and destroys it."""
+        with self.sequence() as seq:
+            for op in ops:
+                seq.record(op)
+            seq.eval()
+
+    # -- memory and accounting -------------------------------------------------------------
+    def memory_stats(self) -> dict[str, int]:
+        st = self._open()
+        with st.lock:
+            st.collect()
+            stats = st.pool.stats()
+            stats["tensors"] = len(st.tensors)
+            stats["memory_limit"] = st.pool.memory_limit or 0
+            return stats
+
+    def empty_cache(self) -> int:
+        """Returns unused pool blocks (and unused cached pipelines) to the device; returns
+        the bytes freed."""
+        st = self._open()
+        with st.lock:
+            st.collect()
+            st.drop_unused_programs()
+            return st.pool.empty_cache()
+
+    def live_objects(self) -> dict[str, int]:
+        """Live tensors, algorithms and sequences of this manager, and the Vulkan objects
+        its device holds in the C shim. All zero once the manager is closed."""
+        st = self._state
+        with st.lock:
+            if st.closed:
+                counts = {name: 0 for name in _LIVE_NAMES if name != "instances"}
+                counts.update(tensors=0, algorithms=0, sequences=0)
+                return counts
+            st.collect()
+            counts = shim_live_counts(st.dev)
+            del counts["instances"]
+            counts["tensors"] = len(st.tensors)
+            counts["algorithms"] = len(st.algorithms)
+            counts["sequences"] = len(st.sequences)
+            counts["pending_releases"] = len(st.deferred)
+            return counts
+
+    def wait_idle(self) -> None:
+        """Waits until the device has finished all submitted work, and completes every
+        running sequence."""
+        st = self._open()
+        rc = lib.sg_device_wait_idle(st.dev)
+        with st.lock:
+            check(rc, "waiting for the device to be idle")
+            st.collect()
+            for seq in list(st.running):
+                seq._finish()
+            st.check_validation("waiting for the device")
+
+
+def live_vulkan_objects() -> dict[str, int]:
+    """Process-wide live Vulkan objects held by the shim, over all managers."""
+    return shim_live_counts(None)
+
