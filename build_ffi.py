@@ -93,7 +93,10 @@ if __name__ == "__main__":
     os.chdir(ROOT)
     compile_shaders(ROOT / "scopedgpu" / "shaders")
     ffibuilder.compile(tmpdir=str(ROOT / "build" / "cffi"), verbose=False)
-    # compile() leaves the module under tmpdir/scopedgpu/; move it into the package.
+    # compile() leaves the module under tmpdir/scopedgpu/; move it into the package,
+    # replacing any other build of it (pip's abi3 one would shadow or be shadowed).
+    for old in (ROOT / "scopedgpu").glob("_sg*.so"):
+        old.unlink()
     for so in (ROOT / "build" / "cffi" / "scopedgpu").glob("_sg*.so"):
         shutil.copy2(so, ROOT / "scopedgpu" / so.name)
     print("built scopedgpu._sg", source_hash())
