@@ -63,16 +63,23 @@ def find_glsl_compiler() -> list[str] | None:
 
 
 def compile_shaders(out_dir: Path) -> list[Path]:
-    """Compiles shaders/*.comp to out_dir/*.spv. A .spv newer than its source is kept, so a
-    machine without a compiler can build from shaders compiled elsewhere; a missing or
-    stale one without a compiler fails loudly."""
+    """Compiles shaders/*.comp to out_dir/*.spv. A manifest of source hashes tells which
+    .spv files are current, so a machine without a compiler can build from shaders
+    compiled elsewhere; a missing or stale one without a compiler fails loudly."""
+    import json
     out_dir.mkdir(parents=True, exist_ok=True)
+    manifest_path = out_dir / "manifest.json"
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except (OSError, ValueError):
+        manifest = {}
     compiler = find_glsl_compiler()
     made = []
     for src in sorted(SHADERS.glob("*.comp")):
         dst = out_dir / (src.stem + ".spv")
         made.append(dst)
-        if dst.exists() and dst.stat().st_mtime >= src.stat().st_mtime and compiler is None:
+        digest = hashlib.sha256(src.read_bytes()).hexdigest()
+        if dst.exists() and manifest.get(src.name) == digest:
             continue
         if compiler is None:
             sys.exit(
@@ -86,6 +93,8 @@ def compile_shaders(out_dir: Path) -> list[Path]:
         res = subprocess.run(cmd, capture_output=True, text=True)
         if res.returncode != 0:
             sys.exit(f"scopedgpu build: {src.name} failed to compile:\n{res.stderr}{res.stdout}")
+        manifest[src.name] = digest
+        manifest_path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return made
 
 
