@@ -18,6 +18,7 @@ int32_t sg__fault_result = VK_ERROR_OUT_OF_DEVICE_MEMORY;
 static int64_t global_live[SG_LIVE_COUNT];
 static pthread_mutex_t loader_lock = PTHREAD_MUTEX_INITIALIZER;
 static void *loader_handle = NULL;
+static VkInstance driver_anchor = VK_NULL_HANDLE;
 
 const char *sg_build_id(void) { return SG_BUILD_ID; }
 
@@ -87,6 +88,18 @@ int sg_loader_open(const char *path, char *err, size_t errlen) {
     }
     sg__get_instance_proc = gipa;
     loader_handle = h;
+    /* The loader loads the drivers with each instance and unloads them with it. Some
+     * drivers leak per-load state: NVIDIA 580 refuses vkCreateInstance
+     * (VK_ERROR_INCOMPATIBLE_DRIVER) after about 30 create/destroy cycles. One bare
+     * instance kept for the life of the process keeps the drivers loaded, like the
+     * loader itself. It is not counted as a live object; failure to make it is ignored
+     * (the next instance reports the real error). */
+    VkApplicationInfo app = {.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO,
+                             .apiVersion = VK_API_VERSION_1_0};
+    VkInstanceCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO,
+                               .pApplicationInfo = &app};
+    if (sg__gvk.vkCreateInstance(&ci, NULL, &driver_anchor) != VK_SUCCESS)
+        driver_anchor = VK_NULL_HANDLE;
 done:
     pthread_mutex_unlock(&loader_lock);
     return rc;
