@@ -8,8 +8,8 @@ try:
     from scopedgpu._sg import ffi, lib
 except ImportError as exc:  # pragma: no cover - depends on the install
     raise ImportError(
-        "scopedgpu's C extension is not built: run `python build_ffi.py` in the source "
-        "tree, or `pip install .`") from exc
+        f"scopedgpu's C extension cannot be imported ({exc}): if it is not built, run "
+        "`python build_ffi.py` in the source tree, or `pip install .`") from exc
 
 __all__ = ["ffi", "lib"]
 

@@ -33,7 +33,8 @@ SCRIPT = textwrap.dedent('''
 
 
 def test_exit_with_live_objects_and_running_work():
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    env = dict(os.environ, PYTHONPATH=path)
     res = subprocess.run([sys.executable, "-c", SCRIPT], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
