@@ -59,7 +59,10 @@ int sg_loader_open(const char *path, char *err, size_t errlen) {
     const char *names[] = {path, "libvulkan.so.1", "libvulkan.so", "libvulkan.1.dylib",
                            "libMoltenVK.dylib"};
     void *h = NULL;
-    for (size_t i = path ? 0 : 1; i < sizeof names / sizeof names[0] && !h; i++)
+    /* An explicit path is the only one tried: asking for a loader and silently getting
+     * another would hide the mistake. */
+    size_t count = path ? 1 : sizeof names / sizeof names[0];
+    for (size_t i = path ? 0 : 1; i < count && !h; i++)
         h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         const char *msg = dlerror();

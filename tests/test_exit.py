@@ -40,3 +40,17 @@ def test_exit_with_live_objects_and_running_work():
     assert res.returncode == 0, res.stderr
     assert res.stderr == ""
     assert res.stdout.startswith("running")
+
+
+def test_import_works_without_vulkan_and_first_call_says_what_to_install():
+    code = ("import scopedgpu as sg\n"
+            "try:\n    sg.devices()\nexcept sg.NoDeviceError as e:\n    print('NoDeviceError:', e)\n"
+            "try:\n    sg.Manager()\nexcept sg.NoDeviceError as e:\n    print('NoDeviceError:', e)\n")
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    env = dict(os.environ, PYTHONPATH=path, SCOPEDGPU_VULKAN_LIBRARY="/nonexistent/libvulkan.so.1")
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert len(lines) == 2 and all(ln.startswith("NoDeviceError:") for ln in lines)
+    assert "apt-get install libvulkan1 mesa-vulkan-drivers" in lines[0]
