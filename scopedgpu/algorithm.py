@@ -291,22 +291,27 @@ class Algorithm(Child):
     # -- public -------------------------------------------------------------------
     @property
     def tensors(self) -> list[Tensor]:
+        """The bound tensors: binding i is tensors[i]. Referred to, never owned."""
         return list(self._tensors)
 
     @property
     def workgroup(self) -> tuple[int, int, int]:
+        """The number of workgroups (x, y, z) dispatched by default."""
         return self._workgroup
 
     @property
     def local_size(self) -> tuple[int, int, int]:
+        """The shader's local size, specialization constants applied."""
         return self._local_size
 
     @property
     def spec_consts(self) -> Any:
+        """The specialization constants, as given."""
         return self._spec_consts
 
     @property
     def push_consts(self) -> Any:
+        """The default push constants, as given (OpAlgoDispatch may override them)."""
         return self._push_values
 
     def __repr__(self) -> str:

@@ -310,6 +310,7 @@ class Manager:
 
     @property
     def closed(self) -> bool:
+        """True once close() ran (or the manager was collected)."""
         return self._state.closed
 
     def __enter__(self) -> Manager:
@@ -326,6 +327,7 @@ class Manager:
 
     @property
     def debug(self) -> bool:
+        """True when the validation layer is on for this manager."""
         return self._state.debug
 
     def __repr__(self) -> str:
@@ -465,6 +467,8 @@ class Manager:
         return len(victims)
 
     def sequence_names(self) -> list[str]:
+
+        """The names of the live named sequences, sorted."""
         return sorted(self._open().named)
 
     def sequences(self) -> list[Sequence]:
@@ -482,6 +486,8 @@ class Manager:
 
     # -- memory and accounting -------------------------------------------------------------
     def memory_stats(self) -> dict[str, int]:
+        """The tensor pool: allocated_bytes, reserved_bytes (blocks held from the device),
+        peak_allocated_bytes, blocks, tensors (live), memory_limit (0: none)."""
         st = self._open()
         with st.lock:
             st.collect()

@@ -134,6 +134,7 @@ class Sequence(Child):
     # -- properties -----------------------------------------------------------------
     @property
     def name(self) -> str | None:
+        """The name of a named sequence; None when anonymous."""
         return self._name
 
     @property
