@@ -207,6 +207,7 @@ def reflect(spirv: bytes) -> ShaderInfo:
             "the SPIR-V has no GLCompute entry point named 'main' (is it a compute shader?)")
 
     def scalar_value(cid: int) -> int | float:
+        vals: list[int] | bool
         if cid in constants:
             tid, vals = constants[cid]
         elif cid in spec_scalars:

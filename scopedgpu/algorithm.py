@@ -24,7 +24,7 @@ class _AlgoHandle(Handle):
 
     def __init__(self, dset: Any, program: _Program):
         self.dset = dset
-        self.program = program
+        self.program: _Program | None = program
 
     def release(self, state: _State, closing: bool) -> None:
         if self.dset is not None:

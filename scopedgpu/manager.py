@@ -7,7 +7,7 @@ import os
 import threading
 import weakref
 from collections import OrderedDict
-from typing import Any, Iterable, Sequence as Seq
+from typing import Any, Sequence as Seq
 
 import numpy as np
 
@@ -110,8 +110,8 @@ class _State:
     def completed(self, seq: Sequence) -> None:
         if not self.deferred:
             return
-        keep = []
-        ready = []
+        keep: list[tuple[set[Sequence], Handle]] = []
+        ready: list[tuple[set[Sequence], Handle]] = []
         for users, handle in self.deferred:
             users.discard(seq)
             (keep if users else ready).append((users, handle))
@@ -346,7 +346,7 @@ class Manager:
         kp) unless dtype says otherwise; numpy arrays keep their dtype. kind: "device",
         "host" or "storage" (see Tensor). The tensor's memory returns to the pool on
         destroy(), at close(), or when it becomes unreachable."""
-        st = self._open()
+        self._open()
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
         if isinstance(data, Tensor):
