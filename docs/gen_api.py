@@ -74,9 +74,6 @@ def _members(cls: type) -> list[tuple[str, Any]]:
         if owner is object or owner is None or owner.__module__.startswith(("builtins",
                                                                             "typing")):
             continue
-        if owner.__module__ in ("enum",) or issubclass(cls, BaseException) and \
-                owner.__module__ == "builtins":
-            continue
         out.append((name, attr))
     return out
 

@@ -138,7 +138,7 @@ def shapes(*, min_dims: int = 1, max_dims: int = 3, min_side: int = 1, max_side:
 
 
 def _elements(dtype: np.dtype, finite: bool) -> Any:
-    st, hnp = _hypothesis()
+    _, hnp = _hypothesis()
     if dtype.kind == "f":
         # GPUs may flush subnormals to zero and need not honour NaN/inf in arithmetic:
         # by default draw values a shader can be compared with numpy on.
