@@ -78,3 +78,59 @@ def test_compile_error_names_the_line():
     assert exc.value.line == 4                       # type: ignore[attr-defined]
     assert "undefined_thing" in str(exc.value)
     assert "4 |   undefined_thing = 1;" in str(exc.value)
+
+
+GLSL_TYPES = {  # shader element type -> (kind, bits)
+    "float": ("float", 32), "double": ("float", 64), "int": ("int", 32),
+    "uint": ("uint", 32), "int64_t": ("int", 64), "uint8_t": ("uint", 8),
+    "float16_t": ("float", 16),
+}
+
+
+def documented_outcome(dtype: np.dtype, glsl: str) -> str:
+    """The table of docs/guide.md, section 3, written out independently of the code."""
+    kind = {"f": "float", "i": "int", "u": "uint"}[dtype.kind]
+    bits = dtype.itemsize * 8
+    skind, sbits = GLSL_TYPES[glsl]
+    if (kind, bits) == (skind, sbits):
+        return "ok"
+    if kind != "float" and skind != "float" and bits == sbits:
+        return "ok"                                  # int/uint of one width
+    if kind == "float" and skind == "float":
+        return "error"                               # float of another width
+    if kind != "float" and skind != "float" and bits > sbits:
+        return "error"                               # integer narrowed
+    return "warning"
+
+
+def test_every_dtype_against_every_element_type(mgr, glsl):
+    from scopedgpu.testing import supported_dtypes
+    ext = ("#extension GL_EXT_shader_explicit_arithmetic_types : require\n"
+           "#extension GL_EXT_shader_16bit_storage : require\n"
+           "#extension GL_EXT_shader_8bit_storage : require\n")
+    seen = set()
+    for shader_type in GLSL_TYPES:
+        kind, bits = GLSL_TYPES[shader_type]
+        if (bits == 64 and kind == "float" and not mgr.device.float64) or \
+                (bits == 64 and kind != "float" and not mgr.device.int64) or \
+                (bits == 16 and not mgr.device.float16) or (bits == 8 and not mgr.device.int8):
+            continue
+        spirv = glsl(f"#version 450\n{ext}layout(local_size_x = 1) in;\n"
+                     f"layout(set = 0, binding = 0) buffer A {{ {shader_type} a[]; }};\n"
+                     f"void main() {{ a[gl_GlobalInvocationID.x] = a[0]; }}\n")
+        for dt in supported_dtypes(mgr):
+            expected = documented_outcome(dt, shader_type)
+            t = mgr.tensor(np.zeros(8, dt))
+            with warnings.catch_warnings(record=True) as rec:
+                warnings.simplefilter("always")
+                try:
+                    mgr.algorithm([t], spirv, workgroup=(1, 1, 1)).destroy()
+                    got = "warning" if any(issubclass(w.category, sg.DtypeWarning)
+                                           for w in rec) else "ok"
+                except sg.ShaderError as exc:
+                    assert f"`{shader_type}[]`" in str(exc) and str(dt) in str(exc)
+                    got = "error"
+            assert got == expected, f"{dt} on {shader_type}[]: {got}, documented {expected}"
+            seen.add(got)
+            t.destroy()
+    assert seen == {"ok", "warning", "error"}
