@@ -114,6 +114,7 @@ class EmbeddingWorker:
             self.device = mgr.device
             self.dim = self._table.shape[1]
             table = mgr.tensor(self._table, kind="storage")   # resident for the worker's life
+            mgr.empty_cache()             # give the upload's staging block back to the device
             spirv = sg.compile_glsl(SHADER)
             self._ready.set()
             while True:
