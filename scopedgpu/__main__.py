@@ -8,7 +8,7 @@ import time
 import numpy as np
 
 
-def _fmt_bytes(n: int) -> str:
+def _fmt_bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if n < 1024 or unit == "TiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -17,18 +17,27 @@ def _fmt_bytes(n: int) -> str:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    import scopedgpu as sg
-    from scopedgpu import _device
-    try:
-        devs = sg.devices()
-    except sg.NoDeviceError as exc:
-        print(f"No Vulkan device: {exc}", file=sys.stderr)
+    """The loader, drivers, validation layer and GLSL compiler found (or what is missing
+    and how to install it), then the devices as a table. Exit status 1 without a device."""
+    from scopedgpu import _device, _diagnose
+    print(_diagnose.header())
+    checks, devs, error = _diagnose.environment()
+    width = max(len(c.what) for c in checks)
+    for c in checks:
+        status = "ok" if c.ok else ("MISSING" if c.required else "missing")
+        print(f"  {c.what.ljust(width)}  {status.ljust(7)}  {c.found}")
+        if not c.ok and c.fix:
+            print(f"  {''.ljust(width)}  {''.ljust(7)}  -> {c.fix}")
+    print()
+    if not devs:
+        print(f"No Vulkan device: {error or 'see above'}. {_device.INSTALL_HINT}",
+              file=sys.stderr)
         return 1
-    default = _device.choose_device(devs, None) if devs else None
+    default = _device.choose_device(devs, None)
     rows = [("", "#", "name", "type", "Vulkan", "driver", "memory", "max wg size",
              "max inv.", "subgroup", "f64", "f16", "i8", "timestamps")]
     for d in devs:
-        rows.append(("*" if default and d.index == default.index else "", str(d.index), d.name,
+        rows.append(("*" if d.index == default.index else "", str(d.index), d.name,
                      d.type, d.api_version, d.driver[:40], _fmt_bytes(d.memory_bytes),
                      "x".join(map(str, d.max_workgroup_size)), str(d.max_workgroup_invocations),
                      str(d.subgroup_size), "yes" if d.float64 else "no",
@@ -108,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m scopedgpu",
                                      description="scopedgpu: GPU compute on any Vulkan device")
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("info", help="list the Vulkan devices")
+    p = sub.add_parser("info", help="check the Vulkan setup and list the devices")
     p.set_defaults(func=cmd_info)
     p = sub.add_parser("demo", help="run a real workload on the default device, checked "
                                     "against numpy")

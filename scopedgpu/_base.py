@@ -39,6 +39,7 @@ class Child:
 
     @property
     def manager(self) -> Manager:
+        """The Manager that made this object (held strongly)."""
         return self._mgr
 
     @property

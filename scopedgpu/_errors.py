@@ -5,7 +5,7 @@ from scopedgpu._ffi import ffi, lib
 
 __all__ = [
     "ScopedGPUError", "NoDeviceError", "DeviceError", "OutOfMemoryError", "DestroyedError",
-    "ShaderError", "ValidationError", "check", "result_name",
+    "ShaderError", "ValidationError", "DtypeWarning", "check", "result_name",
 ]
 
 
@@ -41,6 +41,11 @@ class ShaderError(ScopedGPUError, ValueError):
 
 class ValidationError(ScopedGPUError):
     """The Khronos validation layer reported an error for the call that raised this."""
+
+
+class DtypeWarning(UserWarning):
+    """A tensor's dtype differs from the element type its shader binding declares in a way
+    that may be deliberate (bytes reinterpreted); see Manager.algorithm()."""
 
 
 _RESULTS = {

@@ -3,8 +3,9 @@
 Reads the module once, strictly: malformed words raise ShaderError here instead of
 reaching a driver (some drivers crash on garbage). Reports the entry point's local size
 (literal, LocalSizeId, or a WorkgroupSize built-in, specialization constants included),
-the storage-buffer bindings of set 0, the push-constant block size, and the declared
-specialization constants with their widths.
+the storage-buffer bindings of set 0 with the element type of each buffer's runtime
+array, the push-constant block size, and the declared specialization constants with
+their widths.
 """
 from __future__ import annotations
 
@@ -76,6 +77,10 @@ class ShaderInfo:
     spec_constants: dict[int, SpecConstant] = field(default_factory=dict)
     # local size components that come from specialization constants: axis -> spec id
     local_size_spec: dict[int, int] = field(default_factory=dict)
+    # binding -> scalar type of the elements of the buffer's runtime array, e.g.
+    # ("float", 32) for `buffer B { float a[]; }` or `vec4 a[]`; absent when the buffer
+    # has no runtime array of scalars or vectors (structs, fixed-size members only).
+    element_types: dict[int, tuple[str, int]] = field(default_factory=dict)
 
     def local_size_with(self, spec_values: dict[int, int | float]) -> tuple[int, int, int]:
         size = list(self.local_size)
@@ -202,6 +207,7 @@ def reflect(spirv: bytes) -> ShaderInfo:
             "the SPIR-V has no GLCompute entry point named 'main' (is it a compute shader?)")
 
     def scalar_value(cid: int) -> int | float:
+        vals: list[int] | bool
         if cid in constants:
             tid, vals = constants[cid]
         elif cid in spec_scalars:
@@ -269,7 +275,24 @@ def reflect(spirv: bytes) -> ShaderInfo:
             return end
         raise ShaderError(f"malformed SPIR-V: unsized type {t[0]}")
 
+    def element_type(struct_id: int) -> tuple[str, int] | None:
+        """The scalar type of the block's trailing runtime array, if it has one."""
+        t = types.get(struct_id)
+        if t is None or t[0] != "struct" or not t[1]:
+            return None
+        last = types.get(t[1][-1])
+        if last is None or last[0] != "runtime_array":
+            return None
+        elem = types.get(last[1])
+        for _ in range(2):  # vector, then matrix columns
+            if elem is not None and elem[0] == "vector":
+                elem = types.get(elem[1])
+        if elem is None or elem[0] not in ("int", "uint", "float"):
+            return None
+        return (elem[0], elem[1])
+
     bindings: list[int] = []
+    elements: dict[int, tuple[str, int]] = {}
     other: list[tuple[int, int, str]] = []
     push_size = 0
     for ptype, vid, sc in variables:
@@ -287,6 +310,9 @@ def reflect(spirv: bytes) -> ShaderInfo:
             sc == _SC_UNIFORM and _DEC_BUFFER_BLOCK in decorations.get(pointee, {}))
         if is_storage and dset == 0:
             bindings.append(binding)
+            elem = element_type(pointee)
+            if elem is not None:
+                elements[binding] = elem
         else:
             kind = "uniform buffer" if sc == _SC_UNIFORM else f"storage class {sc}"
             other.append((dset, binding, kind))
@@ -299,4 +325,5 @@ def reflect(spirv: bytes) -> ShaderInfo:
         push_constant_size=push_size,
         spec_constants=spec_constants,
         local_size_spec=local_size_spec,
+        element_types=elements,
     )

@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import struct
+import warnings
 from typing import TYPE_CHECKING, Any, Sequence as Seq
 
 import numpy as np
 
 from scopedgpu._base import Child, Handle
-from scopedgpu._errors import ShaderError, check
+from scopedgpu._errors import DtypeWarning, ShaderError, check
 from scopedgpu._ffi import ffi, lib
 from scopedgpu._spirv import ShaderInfo, SpecConstant
 from scopedgpu.tensor import Tensor
@@ -23,7 +24,7 @@ class _AlgoHandle(Handle):
 
     def __init__(self, dset: Any, program: _Program):
         self.dset = dset
-        self.program = program
+        self.program: _Program | None = program
 
     def release(self, state: _State, closing: bool) -> None:
         if self.dset is not None:
@@ -109,6 +110,54 @@ def encode_spec_consts(values: Any, info: ShaderInfo, what: str) -> tuple[
     return ids, offsets, sizes, bytes(blob)
 
 
+_GLSL = {("float", 16): "float16_t", ("float", 32): "float", ("float", 64): "double",
+         ("int", 8): "int8_t", ("int", 16): "int16_t", ("int", 32): "int", ("int", 64): "int64_t",
+         ("uint", 8): "uint8_t", ("uint", 16): "uint16_t", ("uint", 32): "uint",
+         ("uint", 64): "uint64_t"}
+_KIND = {"f": "float", "i": "int", "u": "uint"}
+_NUMPY = {("float", 16): "float16", ("float", 32): "float32", ("float", 64): "float64",
+          ("int", 8): "int8", ("int", 16): "int16", ("int", 32): "int32", ("int", 64): "int64",
+          ("uint", 8): "uint8", ("uint", 16): "uint16", ("uint", 32): "uint32",
+          ("uint", 64): "uint64"}
+
+
+def check_element_types(tensors: list[Tensor], info: ShaderInfo, what: str) -> None:
+    """Compares each tensor's dtype with the element type of its binding's runtime array.
+
+    ShaderError when the shader would misread every value and no one does it on purpose:
+    float data through a float of another width (float64 from np.sqrt or a default numpy
+    array into `float a[]`), or integers through a narrower integer (int64 from
+    np.arange into `int a[]`). DtypeWarning for the reinterpretations people do make
+    deliberately (uint32 bits through `float a[]`, uint8 bytes packed into `uint a[]`);
+    int and uint of one width are accepted silently. A deliberate reinterpretation says
+    so with a numpy view: mgr.tensor(arr.view(np.uint32)).
+    """
+    for i, t in enumerate(tensors):
+        elem = info.element_types.get(i)
+        kind = _KIND.get(t.dtype.kind)
+        if elem is None or kind is None:
+            continue
+        skind, swidth = elem
+        width = t.dtype.itemsize * 8
+        if (kind, width) == elem or ({kind, skind} == {"int", "uint"} and width == swidth):
+            continue
+        glsl = _GLSL.get(elem, f"{skind}{swidth}")
+        want = _NUMPY.get(elem, glsl)
+        msg = (f"{what}: binding {i} is {t!r}, but the shader reads it as `{glsl}[]` "
+               f"({swidth}-bit {skind}), so every value would be misread")
+        if (kind == skind == "float") or (kind != "float" and skind != "float"
+                                          and width > swidth):
+            raise ShaderError(
+                f"{msg}. Create the tensor with dtype={want} (e.g. "
+                f"mgr.tensor(arr.astype(np.{want}))), or change the shader's type; to "
+                f"reinterpret the bytes on purpose, pass a view: arr.view(np.{want})")
+        warnings.warn(
+            f"{what}: binding {i} is {t!r}, but the shader reads it as `{glsl}[]` "
+            f"({swidth}-bit {skind}); the bytes are reinterpreted, not converted. If that "
+            f"is deliberate, pass arr.view(np.{want}) to say so",
+            DtypeWarning, stacklevel=4)
+
+
 class Algorithm(Child):
     """A compute shader bound to tensors (binding i is tensors[i]).
 
@@ -141,6 +190,7 @@ class Algorithm(Child):
                 f"{what}: the shader declares storage-buffer bindings {info.bindings}, but "
                 f"{len(tensors)} tensors were given (binding i is tensors[i], so the shader "
                 f"must declare bindings {expected})")
+        check_element_types(tensors, info, what)
         dev = state.info
         limit = dev.max_storage_buffer_range
         for i, t in enumerate(tensors):
@@ -241,22 +291,27 @@ class Algorithm(Child):
     # -- public -------------------------------------------------------------------
     @property
     def tensors(self) -> list[Tensor]:
+        """The bound tensors: binding i is tensors[i]. Referred to, never owned."""
         return list(self._tensors)
 
     @property
     def workgroup(self) -> tuple[int, int, int]:
+        """The number of workgroups (x, y, z) dispatched by default."""
         return self._workgroup
 
     @property
     def local_size(self) -> tuple[int, int, int]:
+        """The shader's local size, specialization constants applied."""
         return self._local_size
 
     @property
     def spec_consts(self) -> Any:
+        """The specialization constants, as given."""
         return self._spec_consts
 
     @property
     def push_consts(self) -> Any:
+        """The default push constants, as given (OpAlgoDispatch may override them)."""
         return self._push_values
 
     def __repr__(self) -> str:

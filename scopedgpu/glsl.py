@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -31,12 +32,32 @@ def _compiler() -> tuple[str, str] | None:
     return None
 
 
+# glslc: "shader.comp:5: error: ..."; glslangValidator: "ERROR: shader.comp:5: ..."
+_LINE = re.compile(r"shader\.comp:(\d+):")
+
+
+def _compile_error(compiler: str, output: str, source: str) -> ShaderError:
+    """ShaderError with the compiler's output, followed by the source lines it names.
+    Attributes: `line` (first line number reported, or None) and `log` (the output)."""
+    lines = source.splitlines()
+    numbers: list[int] = []
+    for m in _LINE.finditer(output):
+        n = int(m.group(1))
+        if n not in numbers and 1 <= n <= len(lines):
+            numbers.append(n)
+    quoted = "".join(f"\n  {n:4d} | {lines[n - 1]}" for n in numbers[:5])
+    exc = ShaderError(f"GLSL compilation failed ({compiler}):\n{output}{quoted}")
+    exc.line = numbers[0] if numbers else None  # type: ignore[attr-defined]
+    exc.log = output  # type: ignore[attr-defined]
+    return exc
+
+
 def compile_glsl(source: str, *, defines: Mapping[str, object] | None = None) -> bytes:
     """Compiles a GLSL compute shader to SPIR-V bytes (target Vulkan 1.1).
 
     Results are cached on disk by a hash of the source and defines, so a machine without a
     compiler can still use shaders compiled before. Compiler errors raise ShaderError with
-    the compiler's message (file and line)."""
+    the compiler's message, the line number (`exc.line`) and the offending source lines."""
     if not isinstance(source, str):
         raise TypeError(f"source must be GLSL text (str), not {type(source).__name__}")
     defs = sorted((str(k), "" if v is None else str(v)) for k, v in (defines or {}).items())
@@ -65,7 +86,7 @@ def compile_glsl(source: str, *, defines: Mapping[str, object] | None = None) ->
         res = subprocess.run(cmd, capture_output=True, text=True)
         if res.returncode != 0:
             msg = (res.stderr + res.stdout).replace(str(src), "shader.comp").strip()
-            raise ShaderError(f"GLSL compilation failed:\n{msg}")
+            raise _compile_error(name, msg, source)
         spirv = out.read_bytes()
     try:
         cached.parent.mkdir(parents=True, exist_ok=True)

@@ -7,7 +7,7 @@ import os
 import threading
 import weakref
 from collections import OrderedDict
-from typing import Any, Iterable, Sequence as Seq
+from typing import Any, Sequence as Seq
 
 import numpy as np
 
@@ -110,8 +110,8 @@ class _State:
     def completed(self, seq: Sequence) -> None:
         if not self.deferred:
             return
-        keep = []
-        ready = []
+        keep: list[tuple[set[Sequence], Handle]] = []
+        ready: list[tuple[set[Sequence], Handle]] = []
         for users, handle in self.deferred:
             users.discard(seq)
             (keep if users else ready).append((users, handle))
@@ -310,6 +310,7 @@ class Manager:
 
     @property
     def closed(self) -> bool:
+        """True once close() ran (or the manager was collected)."""
         return self._state.closed
 
     def __enter__(self) -> Manager:
@@ -326,6 +327,7 @@ class Manager:
 
     @property
     def debug(self) -> bool:
+        """True when the validation layer is on for this manager."""
         return self._state.debug
 
     def __repr__(self) -> str:
@@ -344,7 +346,7 @@ class Manager:
         kp) unless dtype says otherwise; numpy arrays keep their dtype. kind: "device",
         "host" or "storage" (see Tensor). The tensor's memory returns to the pool on
         destroy(), at close(), or when it becomes unreachable."""
-        st = self._open()
+        self._open()
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
         if isinstance(data, Tensor):
@@ -465,6 +467,8 @@ class Manager:
         return len(victims)
 
     def sequence_names(self) -> list[str]:
+
+        """The names of the live named sequences, sorted."""
         return sorted(self._open().named)
 
     def sequences(self) -> list[Sequence]:
@@ -482,6 +486,8 @@ class Manager:
 
     # -- memory and accounting -------------------------------------------------------------
     def memory_stats(self) -> dict[str, int]:
+        """The tensor pool: allocated_bytes, reserved_bytes (blocks held from the device),
+        peak_allocated_bytes, blocks, tensors (live), memory_limit (0: none)."""
         st = self._open()
         with st.lock:
             st.collect()

@@ -134,6 +134,7 @@ class Sequence(Child):
     # -- properties -----------------------------------------------------------------
     @property
     def name(self) -> str | None:
+        """The name of a named sequence; None when anonymous."""
         return self._name
 
     @property
@@ -360,6 +361,9 @@ class Sequence(Child):
         if self._name is not None and state.named.get(self._name) is self:
             del state.named[self._name]
         self._h = None
+        # A destroyed sequence must not keep its ops' tensors and algorithms alive: the
+        # `seq` name of a finished `with mgr.sequence() as seq:` block outlives the block.
+        self._ops = []
 
     def __exit__(self, *exc: object) -> None:
         if self._name is None:

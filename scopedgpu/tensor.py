@@ -108,10 +108,12 @@ class Tensor(Child):
     # -- properties -------------------------------------------------------------
     @property
     def shape(self) -> tuple[int, ...]:
+        """The shape of the array the tensor was made from."""
         return self._shape
 
     @property
     def dtype(self) -> np.dtype:
+        """The numpy dtype of the elements."""
         return self._dtype
 
     @property
@@ -121,16 +123,20 @@ class Tensor(Child):
 
     @property
     def nbytes(self) -> int:
+        """Size in bytes."""
         return self._nbytes
 
     @property
     def kind(self) -> str:
+        """"device", "host" or "storage" (see the class docstring)."""
         return self._kind
 
     def __len__(self) -> int:
         return self.size
 
     def size_bytes(self) -> int:
+
+        """Size in bytes (kp's name for nbytes)."""
         return self._nbytes
 
     def __repr__(self) -> str:

@@ -2,7 +2,8 @@
 # Sets up scopedgpu on a fresh Debian/Ubuntu machine, with or without a GPU:
 #   system packages: the Vulkan loader and headers, Mesa's lavapipe (Vulkan on the CPU),
 #   glslc, the Khronos validation layer, vulkan-tools, a C compiler;
-#   then a virtual environment .venv with scopedgpu (editable) and its test dependencies.
+#   then a virtual environment .venv with scopedgpu (editable) and its test and lint tools
+#   (pytest, hypothesis, mypy, ruff: the `dev` extra).
 # Safe to run again: it installs only what is missing, and rebuilds the extension.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,5 +25,5 @@ fi
 
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null
-.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]'
 .venv/bin/python -c 'import scopedgpu, sys; print("bootstrap: scopedgpu", scopedgpu.__version__, "ready in .venv", file=sys.stderr)'

@@ -1,0 +1,54 @@
+"""`python -m scopedgpu info` and `demo`, run as a new user would, in a subprocess."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+LVP = "/usr/share/vulkan/icd.d/lvp_icd.x86_64.json"
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    full = dict(os.environ)
+    full.update(env or {})
+    return subprocess.run([sys.executable, "-m", "scopedgpu", *args], capture_output=True,
+                          text=True, env=full, timeout=300)
+
+
+def test_info_reports_everything_found():
+    res = run("info")
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    for what in ("Vulkan loader", "Vulkan driver", "Validation layer", "GLSL compiler"):
+        assert what in out
+    assert "MISSING" not in out
+    assert "* default device" in out
+    assert "max wg size" in out
+
+
+def test_info_says_what_is_missing_and_how_to_install_it():
+    # Hide the validation layer (XDG_DATA_DIRS) and glslc (PATH); keep lavapipe.
+    env = {"PATH": "/nonexistent", "XDG_DATA_DIRS": "/nonexistent"}
+    if os.path.exists(LVP):
+        env["VK_ICD_FILENAMES"] = LVP
+    res = run("info", env=env)
+    out = res.stdout
+    assert "Validation layer  missing" in out
+    assert "apt-get install vulkan-validationlayers" in out
+    assert "GLSL compiler     missing" in out
+    assert "apt-get install glslc" in out
+
+
+def test_info_without_a_driver_fails_and_says_what_to_install():
+    res = run("info", env={"VK_ICD_FILENAMES": "/nonexistent/icd.json",
+                           "VK_DRIVER_FILES": "/nonexistent/icd.json"})
+    assert res.returncode == 1
+    assert "Vulkan driver     MISSING" in res.stdout
+    assert "mesa-vulkan-drivers" in res.stdout
+    assert "No Vulkan device" in res.stderr
+
+
+def test_demo_matches_numpy():
+    res = run("demo", "--batch", "8")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "result matches numpy: OK" in res.stdout
