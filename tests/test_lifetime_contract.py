@@ -37,7 +37,7 @@ def test_anonymous_sequence_destroyed_at_with_exit(mgr, glsl):
 
 
 def test_anonymous_sequence_destroyed_when_block_raises(mgr, glsl):
-    t, algo = _slow(mgr, glsl, iters=2000)
+    _t, algo = _slow(mgr, glsl, iters=2000)
     base = leak_counts(mgr)
     with pytest.raises(RuntimeError, match="boom"):
         with mgr.sequence() as seq:
@@ -242,7 +242,7 @@ def test_close_destroys_everything_in_order(glsl):
 
 
 def test_eval_async_returns_before_the_gpu_is_done(mgr, glsl):
-    t, algo = _slow(mgr, glsl, n=1 << 14, iters=100000)
+    _t, algo = _slow(mgr, glsl, n=1 << 14, iters=100000)
     seq = mgr.sequence()
     seq.record(sg.OpAlgoDispatch(algo))
     seq.eval_async()
