@@ -77,7 +77,7 @@ def test_oversized_workgroup(mgr, glsl):
     with pytest.raises(ValueError, match="maxComputeWorkGroupCount"):
         mgr.algorithm([t], glsl(shaders.ADD_ONE), workgroup=(limit[0] + 1, 1, 1))
     with pytest.raises(sg.ShaderError, match="local size"):
-        mgr.algorithm([t], glsl(shaders.INDEX),
+        mgr.algorithm([mgr.tensor(np.zeros(1, np.uint32))], glsl(shaders.INDEX),
                       spec_consts=[mgr.device.max_workgroup_invocations + 1])
     still_usable(mgr)
 
