@@ -67,7 +67,8 @@ class Child:
             self._forget()
             if handle is not None:
                 state.release(handle)
-            state.check_validation(f"destroying {self!r}")
+            if state.debug:
+                state.check_validation(f"destroying {self!r}")
 
     def _forget(self) -> None:
         """Hook: drop the manager's bookkeeping for this object."""

@@ -246,7 +246,8 @@ class Sequence(Child):
             self._running = True
             self._timestamps = None
             state.running.add(self)
-            state.check_validation(f"evaluating {self!r}")
+            if state.debug:
+                state.check_validation(f"evaluating {self!r}")
         return self
 
     def eval_await(self, timeout: float | None = None) -> bool:
@@ -269,7 +270,8 @@ class Sequence(Child):
         with state.lock:
             self._finish()
             check(rc, f"waiting for {self!r}")
-            state.check_validation(f"waiting for {self!r}")
+            if state.debug:
+                state.check_validation(f"waiting for {self!r}")
         return True
 
     def _wait_locked(self) -> None:
