@@ -11,6 +11,9 @@ Policy, after CuPy's and PyTorch's caching allocators:
   taken; a freed range merges with its free neighbours.
 - The pool never frees a range that submitted work may use: the manager calls free()
   only after the fences of that work have signalled.
+- Fast path for churn: a freed small range goes, unmerged, onto a bin of its exact size
+  (LIFO) and the next request of that size takes it back in O(1). Bins are merged into
+  the free list before the pool grows or releases blocks, so they never cost memory.
 - Empty blocks stay cached until empty_cache(). When a new block cannot be had (device
   out of memory, or memory_limit reached), the pool empties its cache and retries once,
   then raises OutOfMemoryError.
@@ -104,8 +107,21 @@ class SubPool:
         self.dedicated_above = dedicated_above
         self.blocks: dict[int, Block] = {}
         self.free: list[tuple[int, int, int]] = []   # (size, block id, offset)
+        # size -> [(block, offset)]: freed ranges not merged yet (small sub-pools only)
+        self.bins: dict[int, list[tuple[Block, int]]] | None = {} if dedicated_above is None \
+            else None
+        self.binned = 0
 
     def _take(self, size: int) -> Allocation | None:
+        bins = self.bins
+        if bins:
+            b = bins.get(size)
+            if b:
+                blk, off = b.pop()
+                self.binned -= 1
+                blk.used += size
+                blk.nallocs += 1
+                return Allocation(blk, off, size, size)
         i = bisect.bisect_left(self.free, (size, -1, -1))
         if i == len(self.free):
             return None
@@ -132,9 +148,32 @@ class SubPool:
 
     def release(self, a: Allocation) -> None:
         blk = a.block
-        off, size = a.offset, a.size
+        size = a.size
         blk.used -= size
         blk.nallocs -= 1
+        bins = self.bins
+        if bins is not None:
+            b = bins.get(size)
+            if b is None:
+                bins[size] = b = []
+            b.append((blk, a.offset))
+            self.binned += 1
+            return
+        self._merge(blk, a.offset, size)
+
+    def flush_bins(self) -> None:
+        """Merges the binned ranges into the free list."""
+        if not self.binned:
+            return
+        bins = self.bins
+        assert bins is not None
+        for size, b in bins.items():
+            for blk, off in b:
+                self._merge(blk, off, size)
+        bins.clear()
+        self.binned = 0
+
+    def _merge(self, blk: Block, off: int, size: int) -> None:
         prev_off = blk.free_end.get(off)
         if prev_off is not None:
             prev_size = blk.free_start[prev_off]
@@ -158,6 +197,7 @@ class SubPool:
         return Allocation(blk, 0, size, size)
 
     def drop_empty_blocks(self) -> list[Block]:
+        self.flush_bins()
         empty = [b for b in self.blocks.values() if b.nallocs == 0]
         for b in empty:
             self._remove_free(b, 0, b.size)
@@ -203,6 +243,9 @@ class Pool:
         a = None
         if sub.dedicated_above is None or size <= sub.dedicated_above:
             a = sub._take(size)
+            if a is None and sub.binned:
+                sub.flush_bins()
+                a = sub._take(size)
         if a is None:
             block_size = size if (sub.dedicated_above is not None and size > sub.dedicated_above) \
                 else max(sub.block_size, size)
@@ -296,6 +339,9 @@ class Pool:
                 blk.handle = ffi.NULL
             sub.blocks.clear()
             sub.free.clear()
+            if sub.bins is not None:
+                sub.bins.clear()
+            sub.binned = 0
         self.reserved = 0
         self.allocated = 0
         self.nallocs = 0
