@@ -107,21 +107,12 @@ class SubPool:
         self.dedicated_above = dedicated_above
         self.blocks: dict[int, Block] = {}
         self.free: list[tuple[int, int, int]] = []   # (size, block id, offset)
-        # size -> [(block, offset)]: freed ranges not merged yet (small sub-pools only)
-        self.bins: dict[int, list[tuple[Block, int]]] | None = {} if dedicated_above is None \
-            else None
+        # size -> freed Allocations whose ranges are not merged yet (small sub-pools only);
+        # the objects are handed out again as they are
+        self.bins: dict[int, list[Allocation]] | None = {} if dedicated_above is None else None
         self.binned = 0
 
     def _take(self, size: int) -> Allocation | None:
-        bins = self.bins
-        if bins:
-            b = bins.get(size)
-            if b:
-                blk, off = b.pop()
-                self.binned -= 1
-                blk.used += size
-                blk.nallocs += 1
-                return Allocation(blk, off, size, size)
         i = bisect.bisect_left(self.free, (size, -1, -1))
         if i == len(self.free):
             return None
@@ -156,7 +147,7 @@ class SubPool:
             b = bins.get(size)
             if b is None:
                 bins[size] = b = []
-            b.append((blk, a.offset))
+            b.append(a)
             self.binned += 1
             return
         self._merge(blk, a.offset, size)
@@ -168,8 +159,8 @@ class SubPool:
         bins = self.bins
         assert bins is not None
         for size, b in bins.items():
-            for blk, off in b:
-                self._merge(blk, off, size)
+            for a in b:
+                self._merge(a.block, a.offset, size)
         bins.clear()
         self.binned = 0
 
@@ -237,9 +228,25 @@ class Pool:
         return max(a, (nbytes + a - 1) // a * a)
 
     def alloc(self, nbytes: int, kind: str) -> Allocation:
-        size = self.round(nbytes)
+        al = self.align
+        size = (nbytes + al - 1) // al * al if nbytes > al else al
         small = size <= SMALL_LIMIT
         sub = self._subs[(kind, small)]
+        if small:
+            # Fast path: a freed range of exactly this size, handed out as it was.
+            b = sub.bins.get(size)  # type: ignore[union-attr]
+            if b:
+                a = b.pop()
+                sub.binned -= 1
+                blk = a.block
+                blk.used += size
+                blk.nallocs += 1
+                a.nbytes = nbytes
+                self.allocated += size
+                self.nallocs += 1
+                if self.allocated > self.peak_allocated:
+                    self.peak_allocated = self.allocated
+                return a
         a = None
         if sub.dedicated_above is None or size <= sub.dedicated_above:
             a = sub._take(size)
