@@ -76,12 +76,22 @@ class _State:
         self.running: set[Sequence] = set()
         # Handles of objects that became unreachable; released at the next safe point.
         self.garbage: collections.deque[Handle] = collections.deque()
+        # weakref to a live child -> the handle it owns (see Child.__init__)
+        self.handles: dict[weakref.ref, Handle] = {}
         # [sequences still running, handle] releases waiting for fences
         self.deferred: list[tuple[set[Sequence], Handle]] = []
         self.programs: dict[tuple, _Program] = {}
         self.unused_programs: OrderedDict[tuple, _Program] = OrderedDict()
         self.reflections: OrderedDict[bytes, ShaderInfo] = OrderedDict()
         self.msg_buf = ffi.new("char[]", 65536)
+
+    def unreachable(self, ref: weakref.ref) -> None:
+        """Weakref callback of a child that became unreachable: queue its handle (no lock,
+        no Python calls beyond a dict and a deque: it may run inside the garbage collector
+        or at interpreter exit)."""
+        handle = self.handles.pop(ref, None)
+        if handle is not None:
+            self.garbage.append(handle)
 
     # -- safe points ------------------------------------------------------------------
     def check_open(self) -> None:
@@ -101,7 +111,7 @@ class _State:
 
     def release(self, handle: Handle) -> None:
         """Releases now, or once every running sequence that uses the handle completed."""
-        users = {s for s in self.running if handle in s._inflight}
+        users = {s for s in self.running if handle in s._inflight} if self.running else None
         if users:
             self.deferred.append((users, handle))
         else:
@@ -227,6 +237,7 @@ def _shutdown(state: _State) -> None:
                         h.release(state, True)
                 group.clear()
             state.named.clear()
+            state.handles.clear()
             for prog in list(state.programs.values()):
                 lib.sg_program_destroy(prog.handle)
             state.programs.clear()
@@ -300,6 +311,7 @@ class Manager:
             self._finalizer()
             raise
         self._nqueues = lib.sg_device_queue_count(state.dev)
+        self._dtypes_ok: set[np.dtype] = set()   # native-order dtypes this device supports
 
     # -- life ------------------------------------------------------------------------------
     def close(self) -> None:
@@ -344,7 +356,13 @@ class Manager:
         kp) unless dtype says otherwise; numpy arrays keep their dtype. kind: "device",
         "host" or "storage" (see Tensor). The tensor's memory returns to the pool on
         destroy(), at close(), or when it becomes unreachable."""
-        st = self._open()
+        st = self._state
+        if st.closed:
+            st.check_open()
+        if type(data) is np.ndarray and dtype is None and kind in KINDS:
+            # Fast path (tensor churn): a numpy array keeps its dtype.
+            if data.dtype in self._dtypes_ok and data.size:
+                return Tensor(self, data.copy(), kind)
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
         if isinstance(data, Tensor):
@@ -378,6 +396,8 @@ class Manager:
         if feature is not None and not getattr(self._state.info, feature):
             raise TypeError(f"dtype {dtype} needs the device feature '{feature}', which "
                             f"{self._state.info.name} does not support")
+        if dtype.byteorder in ("=", "|"):
+            self._dtypes_ok.add(dtype)
 
     def _upload(self, tensor: Tensor, array: np.ndarray) -> None:
         """Writes `array` into a storage tensor through a temporary staging range."""

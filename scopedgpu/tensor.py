@@ -80,7 +80,8 @@ class Tensor(Child):
         self._nbytes = int(array.nbytes)
         self._host: np.ndarray | None = None if kind == "storage" else array
         with state.lock:
-            state.collect()
+            if state.garbage or state.running:
+                state.collect()
             pool = state.pool
             handle.gpu = pool.alloc(self._nbytes, "host" if kind == "host" else "device")
             try:
@@ -95,7 +96,6 @@ class Tensor(Child):
         self._stage = handle.stage
         # Host-visible range the sync ops copy through: staging, or the tensor itself.
         self._mapped = handle.stage if kind == "device" else (handle.gpu if kind == "host" else None)
-        self._mapped_ptr = ffi.cast("void *", self._mapped.address) if self._mapped else None
         if kind == "host":
             self._to_mapped()
         elif kind == "storage":
@@ -161,13 +161,13 @@ class Tensor(Child):
     # -- used by the ops -------------------------------------------------------------
     def _to_mapped(self) -> None:
         host = self._host
-        assert host is not None and self._mapped_ptr is not None
-        ffi.memmove(self._mapped_ptr, ffi.from_buffer(host), self._nbytes)
+        assert host is not None and self._mapped is not None
+        ffi.memmove(ffi.cast("void *", self._mapped.address), ffi.from_buffer(host), self._nbytes)
 
     def _from_mapped(self) -> None:
         host = self._host
-        assert host is not None and self._mapped_ptr is not None
-        ffi.memmove(ffi.from_buffer(host), self._mapped_ptr, self._nbytes)
+        assert host is not None and self._mapped is not None
+        ffi.memmove(ffi.from_buffer(host), ffi.cast("void *", self._mapped.address), self._nbytes)
 
     def _forget(self) -> None:
         self._mgr._state.tensors.discard(self)
