@@ -31,6 +31,8 @@ _LIVE_NAMES = ("instances", "devices", "buffers", "memory_blocks", "shader_modul
                "descriptor_set_layouts", "pipeline_layouts", "pipelines", "descriptor_pools",
                "command_pools", "fences", "query_pools", "debug_messengers")
 UNUSED_PROGRAMS_KEPT = 64
+# Command pool + command buffer + fence sets kept per queue for reuse by new sequences.
+SEQUENCES_KEPT = 16
 
 
 def shim_live_counts(dev: Any = None) -> dict[str, int]:
@@ -78,6 +80,8 @@ class _State:
         self.garbage: collections.deque[Handle] = collections.deque()
         # weakref to a live child -> the handle it owns (see Child.__init__)
         self.handles: dict[weakref.ref, Handle] = {}
+        # queue -> sg_seq handles of destroyed sequences, idle, ready for reuse
+        self.seq_cache: dict[int, list[Any]] = {}
         # [sequences still running, handle] releases waiting for fences
         self.deferred: list[tuple[set[Sequence], Handle]] = []
         self.programs: dict[tuple, _Program] = {}
@@ -92,6 +96,26 @@ class _State:
         handle = self.handles.pop(ref, None)
         if handle is not None:
             self.garbage.append(handle)
+
+    def recycle_seq(self, h: Any, queue: int) -> bool:
+        """Keeps an sg_seq of a destroyed sequence for reuse; False when the cache is full
+        (the caller destroys it). Waits for its last submission first."""
+        cache = self.seq_cache.setdefault(queue, [])
+        if len(cache) >= SEQUENCES_KEPT or self.closed:
+            return False
+        if lib.sg_seq_wait(h, 2**64 - 1, 0) != 0:
+            return False
+        cache.append(h)
+        return True
+
+    def drop_seq_cache(self) -> int:
+        n = 0
+        for cache in self.seq_cache.values():
+            for h in cache:
+                lib.sg_seq_destroy(h)
+                n += 1
+            cache.clear()
+        return n
 
     # -- safe points ------------------------------------------------------------------
     def check_open(self) -> None:
@@ -238,6 +262,7 @@ def _shutdown(state: _State) -> None:
                 group.clear()
             state.named.clear()
             state.handles.clear()
+            state.drop_seq_cache()
             for prog in list(state.programs.values()):
                 lib.sg_program_destroy(prog.handle)
             state.programs.clear()
@@ -511,12 +536,13 @@ class Manager:
             return stats
 
     def empty_cache(self) -> int:
-        """Returns unused pool blocks (and unused cached pipelines) to the device; returns
-        the bytes freed."""
+        """Returns unused pool blocks (and unused cached pipelines, and the command pools and
+        fences kept for new sequences) to the device; returns the bytes freed."""
         st = self._open()
         with st.lock:
             st.collect()
             st.drop_unused_programs()
+            st.drop_seq_cache()
             return st.pool.empty_cache()
 
     def live_objects(self) -> dict[str, int]:
@@ -526,11 +552,17 @@ class Manager:
         with st.lock:
             if st.closed:
                 counts = {name: 0 for name in _LIVE_NAMES if name != "instances"}
-                counts.update(tensors=0, algorithms=0, sequences=0)
+                counts.update(tensors=0, algorithms=0, sequences=0, cached_sequences=0)
                 return counts
             st.collect()
             counts = shim_live_counts(st.dev)
             del counts["instances"]
+            # Idle command pools and fences kept for reuse belong to no live object:
+            # report them apart (empty_cache() frees them).
+            cached = sum(len(c) for c in st.seq_cache.values())
+            counts["command_pools"] -= cached
+            counts["fences"] -= cached
+            counts["cached_sequences"] = cached
             counts["tensors"] = len(st.tensors)
             counts["algorithms"] = len(st.algorithms)
             counts["sequences"] = len(st.sequences)

@@ -1,0 +1,98 @@
+"""Behaviour kept by the fast paths of issue 4: recycled command pools and fences, the
+work done at record time instead of at every eval, and the weakref registry of children."""
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+
+import scopedgpu as sg
+
+
+def test_recycled_sequences_run_correctly_and_are_freed_by_empty_cache(mgr):
+    a = mgr.tensor(np.arange(8, dtype=np.float32))
+    b = mgr.tensor(np.full(8, 2, dtype=np.float32))
+    out = mgr.tensor(np.zeros(8, dtype=np.float32))
+    base = mgr.live_objects()
+    for i in range(40):
+        a.data()[:] = i
+        with mgr.sequence() as seq:
+            seq.record(sg.OpTensorSyncDevice([a, b]))
+            seq.record(sg.OpMult([a, b, out]))
+            seq.record(sg.OpTensorSyncLocal([out]))
+            seq.eval()
+        np.testing.assert_array_equal(out.data(), np.full(8, 2 * i, dtype=np.float32))
+    live = mgr.live_objects()
+    assert live["command_pools"] == base["command_pools"]
+    assert live["fences"] == base["fences"]
+    assert live["sequences"] == 0
+    assert live["cached_sequences"] > 0
+    mgr.empty_cache()
+    assert mgr.live_objects()["cached_sequences"] == 0
+    for t in (a, b, out):
+        t.destroy()
+
+
+def test_eval_checks_destroyed_objects_every_time(mgr):
+    a = mgr.tensor(np.ones(4, dtype=np.float32))
+    b = mgr.tensor(np.ones(4, dtype=np.float32))
+    with mgr.sequence() as seq:
+        seq.record(sg.OpTensorCopy([a, b]))
+        seq.eval()
+        seq.eval()
+        b.destroy()
+        with pytest.raises(sg.DestroyedError, match="destroyed"):
+            seq.eval()
+        assert not seq.is_running
+    a.destroy()
+
+
+def test_rerecording_after_clear_uses_the_new_ops(mgr):
+    a = mgr.tensor(np.arange(4, dtype=np.float32))
+    with mgr.sequence() as seq:
+        seq.eval(sg.OpTensorSyncDevice([a]))
+        a.data()[:] = 0
+        seq.eval(sg.OpTensorSyncLocal([a]))
+        np.testing.assert_array_equal(a.data(), np.arange(4, dtype=np.float32))
+        seq.eval()   # re-evaluates the last recorded op only
+        np.testing.assert_array_equal(a.data(), np.arange(4, dtype=np.float32))
+    a.destroy()
+
+
+def test_unreachable_children_return_to_the_pool(mgr):
+    before = mgr.memory_stats()["allocated_bytes"]
+    for _ in range(100):
+        mgr.tensor(np.ones(64, dtype=np.float32))   # dropped at once
+    class Cycle:
+        pass
+    c = Cycle()
+    c.self = c
+    c.t = mgr.tensor(np.ones(64, dtype=np.float32))
+    del c
+    gc.collect()
+    assert mgr.memory_stats()["allocated_bytes"] == before
+    assert mgr.live_objects()["tensors"] == 0
+
+
+def test_running_sequence_defers_the_release_of_its_tensor(mgr):
+    a = mgr.tensor(np.arange(1 << 16, dtype=np.float32))
+    seq = mgr.sequence()
+    seq.record(sg.OpTensorSyncDevice([a])).record(sg.OpTensorSyncLocal([a]))
+    seq.eval_async()
+    a.destroy()
+    seq.eval_await()
+    seq.destroy()
+    assert mgr.live_objects()["pending_releases"] == 0
+
+
+def test_close_with_cached_sequences_leaves_nothing():
+    from scopedgpu.manager import live_vulkan_objects
+    before = live_vulkan_objects()
+    m = sg.Manager()
+    for _ in range(3):
+        with m.sequence() as s:
+            s.eval(sg.OpTensorSyncDevice([m.tensor([1.0])]))
+    m.close()
+    gc.collect()
+    assert live_vulkan_objects() == before
