@@ -14,6 +14,10 @@ Policy, after CuPy's and PyTorch's caching allocators:
 - Fast path for churn: a freed small range goes, unmerged, onto a bin of its exact size
   (LIFO) and the next request of that size takes it back in O(1). Bins are merged into
   the free list before the pool grows or releases blocks, so they never cost memory.
+- Large "device" tensors whose host copy can be imported (VK_EXT_external_memory_host)
+  get no staging range: their page-aligned numpy host copy itself becomes a block of its
+  own (import_host), so the sync ops are one DMA, with no memcpy. Imports are host
+  memory, outside reserved_bytes and memory_limit, and few (IMPORT_MIN and up).
 - Empty blocks stay cached until empty_cache(). When a new block cannot be had (device
   out of memory, or memory_limit reached), the pool empties its cache and retries once,
   then raises OutOfMemoryError.
@@ -31,6 +35,7 @@ if TYPE_CHECKING:
     from scopedgpu._device import DeviceInfo
 
 MiB = 1 << 20
+IMPORT_MIN = 4 * MiB     # host copies this large are imported, where the device can
 SMALL_LIMIT = 1 * MiB
 SMALL_BLOCK = 8 * MiB
 LARGE_BLOCK = 64 * MiB
@@ -219,6 +224,47 @@ class Pool:
         self.peak_allocated = 0
         self.reserved = 0
         self.nallocs = 0
+        # Host memory import: alignment (0: not supported), live imported blocks.
+        self.import_align = int(getattr(info, "host_import_alignment", 0) or 0)
+        self.max_imports = min(1024, int(info.max_memory_allocation_count or 4096) // 4)
+        self.imports: dict[int, Block] = {}
+        self.imported = 0
+
+    def can_import(self, nbytes: int) -> bool:
+        return (self.import_align > 0 and nbytes >= IMPORT_MIN
+                and len(self.imports) < self.max_imports)
+
+    def import_host(self, address: int, nbytes: int) -> Allocation | None:
+        """A block over the host memory [address, address + nbytes rounded up to the import
+        alignment); None when the device refuses (the caller falls back to staging).
+        The caller keeps that memory alive until unimport() of the allocation's block."""
+        align = self.import_align
+        if not align or address % align:
+            return None
+        size = (nbytes + align - 1) // align * align
+        bits = ffi.new("uint32_t *")
+        ptr = ffi.cast("void *", address)
+        if lib.sg_host_pointer_types(self._dev, ptr, bits) != 0 or not bits[0]:
+            return None
+        ranked = [t for t in self._types["host"] if bits[0] >> t & 1]
+        ranked += [t for t in range(32) if bits[0] >> t & 1 and t not in ranked]
+        out = ffi.new("sg_block **")
+        for mem_type in ranked:
+            if lib.sg_block_import(self._dev, ptr, size, mem_type, out) == 0:
+                blk = Block(next(self._ids), out[0], address, size, mem_type, None)  # type: ignore[arg-type]
+                blk.used = size
+                blk.nallocs = 1
+                self.imports[blk.id] = blk
+                self.imported += size
+                return Allocation(blk, 0, size, nbytes)
+        return None
+
+    def unimport(self, a: Allocation) -> None:
+        blk = self.imports.pop(a.block.id, None)
+        if blk is not None:
+            lib.sg_block_destroy(blk.handle)
+            blk.handle = ffi.NULL
+            self.imported -= blk.size
 
     def has_kind(self, kind: str) -> bool:
         return bool(self._types[kind])
@@ -349,6 +395,11 @@ class Pool:
             if sub.bins is not None:
                 sub.bins.clear()
             sub.binned = 0
+        for blk in self.imports.values():
+            lib.sg_block_destroy(blk.handle)
+            blk.handle = ffi.NULL
+        self.imports.clear()
+        self.imported = 0
         self.reserved = 0
         self.allocated = 0
         self.nallocs = 0
@@ -360,4 +411,6 @@ class Pool:
             "peak_allocated_bytes": self.peak_allocated,
             "blocks": sum(len(s.blocks) for s in self._subs.values()),
             "allocations": self.nallocs,
+            "imported_host_bytes": self.imported,
+            "imported_blocks": len(self.imports),
         }

@@ -20,7 +20,7 @@ from scopedgpu._spirv import ShaderInfo, reflect
 from scopedgpu.algorithm import Algorithm
 from scopedgpu.ops import Op
 from scopedgpu.sequence import SPIN_NS, Sequence
-from scopedgpu.tensor import KINDS, Tensor, dtype_feature
+from scopedgpu.tensor import KINDS, Tensor, aligned_empty, dtype_feature
 
 __all__ = ["Manager"]
 
@@ -387,6 +387,11 @@ class Manager:
         if type(data) is np.ndarray and dtype is None and kind in KINDS:
             # Fast path (tensor churn): a numpy array keeps its dtype.
             if data.dtype in self._dtypes_ok and data.size:
+                if kind == "device" and st.pool.can_import(data.nbytes):
+                    # Copy straight into memory the device can import (one copy, not two).
+                    arr = aligned_empty(data.shape, data.dtype, st.pool.import_align)
+                    np.copyto(arr, data)
+                    return Tensor(self, arr, kind)
                 return Tensor(self, data.copy(), kind)
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
@@ -414,7 +419,7 @@ class Manager:
     def empty(self, shape: int | Seq[int], dtype: Any = np.float32, *,
               kind: str = "device") -> Tensor:
         """A zero-filled tensor."""
-        return self.tensor(np.zeros(shape, dtype=dtype), dtype=dtype, kind=kind)
+        return self.tensor(np.zeros(shape, dtype=dtype), kind=kind)
 
     def _check_dtype(self, dtype: np.dtype) -> None:
         feature = dtype_feature(dtype)

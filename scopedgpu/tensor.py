@@ -39,22 +39,41 @@ def dtype_feature(dtype: np.dtype) -> str | None:
     return _DTYPE_FEATURE[dt]
 
 
+def aligned_empty(shape: tuple[int, ...], dtype: np.dtype, align: int) -> np.ndarray:
+    """An uninitialised C-order array whose data starts on an `align` boundary and whose
+    buffer extends to the next boundary after its end (what a host-memory import needs)."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    size = (nbytes + align - 1) // align * align
+    raw = np.empty(size + align, dtype=np.uint8)
+    off = (-raw.ctypes.data) % align
+    return raw[off:off + nbytes].view(dtype).reshape(shape)
+
+
 class _TensorHandle(Handle):
     """The pool ranges of one tensor: `gpu` (what shaders bind) and `stage` (the
-    host-visible staging range of a device tensor)."""
-    __slots__ = ("gpu", "stage")
+    host-visible staging range of a device tensor, or its imported host copy, in which case
+    `host` keeps that host memory alive until the import is released)."""
+    __slots__ = ("gpu", "stage", "host")
 
     def __init__(self) -> None:
         self.gpu: Allocation | None = None
         self.stage: Allocation | None = None
+        self.host: np.ndarray | None = None
 
     def release(self, state: _State, closing: bool) -> None:
         if closing:
-            return  # the pool is destroyed whole
-        for a in (self.gpu, self.stage):
-            if a is not None:
-                state.pool.free(a)
+            return  # the pool is destroyed whole, imports included
+        pool = state.pool
+        if self.gpu is not None:
+            pool.free(self.gpu)
+        if self.stage is not None:
+            if self.host is not None:
+                pool.unimport(self.stage)   # the device no longer refers to the memory...
+            else:
+                pool.free(self.stage)
         self.gpu = self.stage = None
+        self.host = None                    # ...so numpy may free it with its last view
 
 
 class Tensor(Child):
@@ -68,6 +87,12 @@ class Tensor(Child):
     The tensor's memory returns to the pool on destroy(), when the manager closes, or when
     the object becomes unreachable; never while submitted GPU work may still use it.
     The array `data()` returns is ordinary numpy memory and outlives the tensor.
+
+    Large device tensors (4 MiB and up) on devices with VK_EXT_external_memory_host have
+    their host copy imported: OpTensorSyncDevice / OpTensorSyncLocal then copy between
+    data() and device memory by DMA while the sequence runs, not at submit and at
+    completion; so do not write data() between eval_async() and eval_await() of a
+    sequence that syncs the tensor (eval() is unaffected).
     """
     _what = "tensor"
 
@@ -86,7 +111,19 @@ class Tensor(Child):
             handle.gpu = pool.alloc(self._nbytes, "host" if kind == "host" else "device")
             try:
                 if kind == "device":
-                    handle.stage = pool.alloc(self._nbytes, "host")
+                    if pool.import_align and pool.can_import(self._nbytes):
+                        # The host copy itself becomes the staging memory: no memcpy in
+                        # the sync ops, one DMA each way.
+                        if array.ctypes.data % pool.import_align:
+                            aligned = aligned_empty(array.shape, array.dtype,
+                                                    pool.import_align)
+                            np.copyto(aligned, array)
+                            array = self._host = aligned
+                        handle.stage = pool.import_host(array.ctypes.data, self._nbytes)
+                        if handle.stage is not None:
+                            handle.host = array
+                    if handle.stage is None:
+                        handle.stage = pool.alloc(self._nbytes, "host")
             except BaseException:
                 pool.free(handle.gpu)
                 raise
@@ -94,6 +131,8 @@ class Tensor(Child):
             state.tensors.add(self)
         self._gpu = handle.gpu
         self._stage = handle.stage
+        # Zero-copy: the sync ops' DMA reads and writes data() itself.
+        self._zero_copy = handle.host is not None
         # Host-visible range the sync ops copy through: staging, or the tensor itself.
         self._mapped = handle.stage if kind == "device" else (handle.gpu if kind == "host" else None)
         if kind == "host":
@@ -160,11 +199,15 @@ class Tensor(Child):
 
     # -- used by the ops -------------------------------------------------------------
     def _to_mapped(self) -> None:
+        if self._zero_copy:
+            return
         host = self._host
         assert host is not None and self._mapped is not None
         ffi.memmove(ffi.cast("void *", self._mapped.address), ffi.from_buffer(host), self._nbytes)
 
     def _from_mapped(self) -> None:
+        if self._zero_copy:
+            return
         host = self._host
         assert host is not None and self._mapped is not None
         ffi.memmove(ffi.from_buffer(host), ffi.cast("void *", self._mapped.address), self._nbytes)

@@ -96,3 +96,21 @@ def test_close_with_cached_sequences_leaves_nothing():
     m.close()
     gc.collect()
     assert live_vulkan_objects() == before
+
+
+def test_large_device_tensors_import_their_host_copy(mgr):
+    n = (8 << 20) // 4
+    a = mgr.tensor(np.arange(n, dtype=np.float32))
+    b = mgr.tensor(np.full(n, 3, dtype=np.float32))
+    out = mgr.empty(n)
+    if not mgr.device.host_import_alignment:
+        pytest.skip("the device cannot import host memory (VK_EXT_external_memory_host)")
+    assert mgr.memory_stats()["imported_blocks"] == 3
+    assert a.data().ctypes.data % mgr.device.host_import_alignment == 0
+    mgr.run(sg.OpTensorSyncDevice([a, b]), sg.OpMult([a, b, out]), sg.OpTensorSyncLocal([out]))
+    np.testing.assert_array_equal(out.data(), np.arange(n, dtype=np.float32) * 3)
+    view = out.data()
+    for t in (a, b, out):
+        t.destroy()
+    assert mgr.memory_stats()["imported_blocks"] == 0
+    assert view[5] == 15   # the host copy outlives the tensor and its import
