@@ -190,7 +190,7 @@ class OpAlgoDispatch(Op):
     def _record(self, rec):
         algo = self.algorithm
         rec.use([(t._gpu, STAGE_COMPUTE, True) for t in algo._tensors])
-        handle = algo._handle
+        handle = algo._handle  # a live algorithm: eval checked _objects() first
         x, y, z = self._workgroup
         lib.sg_seq_dispatch(rec.h, handle.program.handle, handle.dset, self._push,
                             len(self._push), x, y, z)

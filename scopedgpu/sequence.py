@@ -58,8 +58,10 @@ class _Recorder:
 
     def __init__(self, h: Any):
         self.h = h
-        self.written: set[tuple[int, int]] = set()
-        self.read: set[tuple[int, int]] = set()
+        # Allocations accessed since the last barrier. An Allocation object stands for
+        # its range: two live tensors never share one.
+        self.written: set[Any] = set()
+        self.read: set[Any] = set()
         self.src_stages = 0
         self.src_access = 0
 
@@ -67,9 +69,10 @@ class _Recorder:
         dst_stages = 0
         dst_access = 0
         hazard = False
+        written = self.written
+        read = self.read
         for a, stage, write in uses:
-            key = (a.block.id, a.offset)
-            if key in self.written or (write and key in self.read):
+            if a in written or (write and a in read):
                 hazard = True
             if stage != STAGE_HOST:
                 dst_stages |= stage
@@ -80,13 +83,12 @@ class _Recorder:
         for a, stage, write in uses:
             if stage == STAGE_HOST:
                 continue
-            key = (a.block.id, a.offset)
             self.src_stages |= stage
             if write:
-                self.written.add(key)
+                written.add(a)
                 self.src_access |= _ACCESS[stage][1]
             else:
-                self.read.add(key)
+                read.add(a)
 
     def barrier(self, dst_stages: int, dst_access: int) -> None:
         if self.src_stages:
