@@ -350,29 +350,27 @@ class Bench:
         nmax = self.saxpy_n
         sizes = sorted({max(1 << 10, nmax >> s) for s in ((0, 3, 6) if self.quick else
                                                         (0, 2, 4, 6, 8, 10))})
-        min_time = 0.05 if self.quick else 0.4
-        reps = 3 if self.quick else 10
-        # The C yardstick runs first, its own process; then scopedgpu; then CuPy.
-        tasks: list[Any] = []
-        for n in sizes:
-            tasks += ["saxpy", n, SAXPY_K, reps]
-        cres = {r["n"]: r for r in self.c.run(*tasks)}
+        min_time = 0.05 if self.quick else 0.5
         sweep = []
         for n in sizes:
+            # scopedgpu, then the C yardstick with as many repetitions, then CuPy: per
+            # size, close together in time (other load on the machine shifts both alike).
             x, y, algo = self._saxpy_algo(n)
             with self.mgr.sequence() as seq:
                 for _ in range(SAXPY_K):
                     seq.record(sg.OpAlgoDispatch(algo))
-                times = self.timed_reps(seq.eval, min_time, min_reps=reps, max_reps=reps * 5)
+                times = self.timed_reps(seq.eval, min_time, min_reps=3, max_reps=50)
             for t in (algo, x, y):
                 t.destroy()
             self.mgr.empty_cache()
+            c = self.c.run("saxpy", n, SAXPY_K, len(times))
             traffic = 12.0 * n * SAXPY_K
             gbps = traffic / statistics.median(times) / 1e9
-            row = {"n": n, "bytes": 12 * n, "scopedgpu_gbps": gbps,
+            row = {"n": n, "bytes": 12 * n, "reps": len(times), "scopedgpu_gbps": gbps,
                    "scopedgpu_best_gbps": traffic / min(times) / 1e9,
-                   "c_gbps": cres.get(n, {}).get("gbps"),
-                   "cupy_gbps": self._cupy_saxpy(n, reps) if self.cp else None}
+                   "c_gbps": c[0]["gbps"] if c else None,
+                   "c_best_gbps": c[0]["best_gbps"] if c else None,
+                   "cupy_gbps": self._cupy_saxpy(n, len(times)) if self.cp else None}
             sweep.append(row)
             self.p.say(f"saxpy n=2^{n.bit_length() - 1}: scopedgpu {gbps:.2f} GB/s, "
                        f"C {row['c_gbps']}, CuPy {row['cupy_gbps']}")
@@ -397,7 +395,7 @@ class Bench:
                 for _ in range(SAXPY_K):
                     k(np.float32(2), x, y)
                 s.synchronize()
-            times = self.timed_reps(run, 0.2, min_reps=reps, max_reps=reps * 5)
+            times = self.timed_reps(run, 0.2, min_reps=min(reps, 10), max_reps=50)
             del x, y
             cp.get_default_memory_pool().free_all_blocks()
             return 12.0 * n * SAXPY_K / statistics.median(times) / 1e9
@@ -411,39 +409,37 @@ class Bench:
         sizes = sorted({max(MiB, bmax >> s) for s in ((0, 2, 4) if self.quick else
                                                      (0, 2, 4, 6, 8))})
         min_time = 0.05 if self.quick else 0.4
-        reps = 3 if self.quick else 8
-        tasks: list[Any] = []
-        for b in sizes:
-            tasks += ["dma", b, reps]
-        cres = {r["bytes"]: r for r in self.c.run(*tasks)}
         sweep = []
         for b in sizes:
             arr = np.random.default_rng(1).random(b // 4, dtype=np.float32)
             t = self.mgr.tensor(arr)
             up = self.mgr.sequence().record(sg.OpTensorSyncDevice([t]))
             down = self.mgr.sequence().record(sg.OpTensorSyncLocal([t]))
-            tu = self.timed_reps(up.eval, min_time, min_reps=reps, max_reps=reps * 5)
+            tu = self.timed_reps(up.eval, min_time, min_reps=3, max_reps=50)
             host = t.data()
             host[...] = 0
-            td = self.timed_reps(down.eval, min_time, min_reps=reps, max_reps=reps * 5)
-            ok = bool(np.array_equal(host[:: max(1, host.size // 4096)],
-                                     arr[:: max(1, host.size // 4096)]))
+            td = self.timed_reps(down.eval, min_time, min_reps=3, max_reps=50)
+            step = max(1, host.size // 4096)
+            ok = bool(np.array_equal(host[::step], arr[::step]))
 
             def e2e():  # a user's numpy array written into data(), then synced
                 host[...] = arr
                 up.eval()
-            te = self.timed_reps(e2e, min_time / 2, min_reps=2, max_reps=reps)
+            te = self.timed_reps(e2e, min_time / 2, min_reps=2, max_reps=20)
             for obj in (up, down, t):
                 obj.destroy()
             del host
             self.mgr.empty_cache()
+            reps = max(len(tu), len(td))
+            c = self.c.run("dma", b, reps)
+            cres = {b: c[0]} if c else {}
             row = {"bytes": b, "upload_gbps": b / statistics.median(tu) / 1e9,
                    "download_gbps": b / statistics.median(td) / 1e9,
                    "upload_e2e_gbps": b / statistics.median(te) / 1e9, "roundtrip_ok": ok,
                    "c_upload_gbps": cres.get(b, {}).get("upload_gbps"),
                    "c_download_gbps": cres.get(b, {}).get("download_gbps")}
             if self.cp:
-                row.update(self._cupy_transfer(arr, reps))
+                row.update(self._cupy_transfer(arr, min(reps, 10)))
             sweep.append(row)
             self.p.say(f"transfer {b // MiB} MiB: up {row['upload_gbps']:.2f} GB/s "
                        f"(C DMA {row['c_upload_gbps']}), down {row['download_gbps']:.2f} GB/s "
@@ -461,9 +457,12 @@ class Bench:
         try:
             cp = self.cp
             d = cp.asarray(arr)
-            tu = self.timed_reps(lambda: cp.asarray(arr) and cp.cuda.Device().synchronize(),
-                                 0.2, min_reps=reps, max_reps=reps * 3)
-            td = self.timed_reps(lambda: d.get(), 0.2, min_reps=reps, max_reps=reps * 3)
+
+            def up():
+                cp.asarray(arr)
+                cp.cuda.Device().synchronize()
+            tu = self.timed_reps(up, 0.2, min_reps=reps, max_reps=reps * 3)
+            td = self.timed_reps(d.get, 0.2, min_reps=reps, max_reps=reps * 3)
             del d
             cp.get_default_memory_pool().free_all_blocks()
             return {"cupy_upload_gbps": arr.nbytes / statistics.median(tu) / 1e9,
