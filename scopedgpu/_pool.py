@@ -312,6 +312,38 @@ class Pool:
             self.peak_allocated = self.allocated
         return a
 
+    def alloc_pair(self, nbytes: int) -> tuple[Allocation, Allocation]:
+        """A "device" range and a "host" (staging) range of nbytes <= SMALL_LIMIT each."""
+        al = self.align
+        size = (nbytes + al - 1) // al * al if nbytes > al else al
+        bd = self._subs[("device", True)].bins.get(size)  # type: ignore[union-attr]
+        bh = self._subs[("host", True)].bins.get(size)  # type: ignore[union-attr]
+        if not (bd and bh):
+            a = self.alloc(nbytes, "device")
+            try:
+                return a, self.alloc(nbytes, "host")
+            except BaseException:
+                self.free(a)
+                raise
+        a = bd.pop()
+        b = bh.pop()
+        a.block.sub.binned -= 1
+        b.block.sub.binned -= 1
+        for x in (a, b):
+            blk = x.block
+            blk.used += size
+            blk.nallocs += 1
+            x.nbytes = nbytes
+        self.allocated += 2 * size
+        self.nallocs += 2
+        if self.allocated > self.peak_allocated:
+            self.peak_allocated = self.allocated
+        return a, b
+
+    def free_pair(self, a: Allocation, b: Allocation) -> None:
+        self.free(a)
+        self.free(b)
+
     def free(self, a: Allocation) -> None:
         self.allocated -= a.size
         self.nallocs -= 1

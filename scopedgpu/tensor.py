@@ -8,6 +8,7 @@ import numpy as np
 from scopedgpu._base import Child, Handle
 from scopedgpu._errors import ScopedGPUError
 from scopedgpu._ffi import ffi
+from scopedgpu._pool import SMALL_LIMIT
 
 if TYPE_CHECKING:
     from scopedgpu._pool import Allocation
@@ -65,6 +66,10 @@ class _TensorHandle(Handle):
         if closing:
             return  # the pool is destroyed whole, imports included
         pool = state.pool
+        if self.host is None and self.gpu is not None and self.stage is not None:
+            pool.free_pair(self.gpu, self.stage)
+            self.gpu = self.stage = None
+            return
         if self.gpu is not None:
             pool.free(self.gpu)
         if self.stage is not None:
@@ -102,15 +107,19 @@ class Tensor(Child):
         self._shape = array.shape
         self._dtype = array.dtype
         self._kind = kind
-        self._nbytes = int(array.nbytes)
+        self._nbytes = nbytes = array.nbytes
         self._host: np.ndarray | None = None if kind == "storage" else array
         with state.lock:
             if state.garbage or state.running:
                 state.collect()
             pool = state.pool
-            handle.gpu = pool.alloc(self._nbytes, "host" if kind == "host" else "device")
+            if kind == "device" and nbytes <= SMALL_LIMIT:
+                # The common small case: device range and staging range in one call.
+                handle.gpu, handle.stage = pool.alloc_pair(nbytes)
+            else:
+                handle.gpu = pool.alloc(nbytes, "host" if kind == "host" else "device")
             try:
-                if kind == "device":
+                if kind == "device" and handle.stage is None:
                     if pool.import_align and pool.can_import(self._nbytes):
                         # The host copy itself becomes the staging memory: no memcpy in
                         # the sync ops, one DMA each way.
@@ -214,3 +223,22 @@ class Tensor(Child):
 
     def _forget(self) -> None:
         self._mgr._state.tensors.discard(self)
+
+    def destroy(self) -> None:
+        """Returns the tensor's memory to the pool (after the GPU work that uses it).
+        Idempotent. data() arrays stay valid."""
+        # Child.destroy, inlined: tensors are made and destroyed by the 100,000.
+        state = self._mgr._state
+        with state.lock:
+            if self._destroyed:
+                return
+            self._destroyed = True
+            handle = state.handles.pop(self._ref, None)
+            state.tensors.discard(self)
+            if handle is not None:
+                if state.running:
+                    state.release(handle)
+                else:
+                    handle.release(state, False)
+            if state.debug:
+                state.check_validation(f"destroying {self!r}")
