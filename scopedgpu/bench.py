@@ -148,6 +148,7 @@ class Yardstick:
         self.index = device_index
         self.say = say
         self.device_name: str | None = None
+        self.errors: list[str] = []
 
     def run(self, *tasks: Any, timeout: float = 300) -> list[dict]:
         """Runs tasks in one process; returns their results, or [] when unavailable."""
@@ -158,6 +159,7 @@ class Yardstick:
             res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         except (OSError, subprocess.TimeoutExpired) as exc:
             self.say(f"C yardstick failed: {exc}")
+            self.errors.append(f"{tasks[0]}: {exc}")
             return []
         out = []
         for line in res.stdout.splitlines():
@@ -168,6 +170,7 @@ class Yardstick:
                     pass
         if res.returncode != 0:
             self.say(f"C yardstick exited {res.returncode}: {res.stderr.strip()[-400:]}")
+            self.errors.append(f"{tasks[0]}: exit {res.returncode}: {res.stderr.strip()[-300:]}")
         for r in out:
             if r.get("task") == "device":
                 self.device_name = r.get("name")
@@ -190,8 +193,9 @@ class Bench:
         self.args = args
         self.quick = bool(args.quick)
         self.p = Progress(quiet=args.quiet)
+        # errors: a phase that failed; notes: an optional yardstick (CuPy) that failed
         self.results: dict[str, Any] = {"figures": {}, "sweeps": {}, "details": {},
-                                        "errors": {}}
+                                        "errors": {}, "notes": {}}
         self.cp = None if args.no_cupy else _cupy()
 
     # helpers
@@ -280,6 +284,8 @@ class Bench:
         finally:
             self.mgr.close()
         self.results["meta"]["c_device_name"] = self.c.device_name
+        if self.c.errors:
+            self.results["notes"]["c_yardstick"] = "; ".join(self.c.errors)
         self.results["meta"]["seconds"] = round(time.perf_counter() - self.p.t0, 1)
         return self.results
 
@@ -342,7 +348,7 @@ class Bench:
                 times.append(time.perf_counter_ns() - t0)
             return statistics.median(times) / 1e3
         except Exception as exc:
-            self.results["errors"]["cupy_latency"] = repr(exc)
+            self.results["notes"]["cupy_latency"] = repr(exc)
             return None
 
     def bench_saxpy(self) -> None:
@@ -400,7 +406,7 @@ class Bench:
             cp.get_default_memory_pool().free_all_blocks()
             return 12.0 * n * SAXPY_K / statistics.median(times) / 1e9
         except Exception as exc:
-            self.results["errors"]["cupy_saxpy"] = repr(exc)
+            self.results["notes"]["cupy_saxpy"] = repr(exc)
             return None
 
     def bench_transfers(self) -> None:
@@ -468,7 +474,7 @@ class Bench:
             return {"cupy_upload_gbps": arr.nbytes / statistics.median(tu) / 1e9,
                     "cupy_download_gbps": arr.nbytes / statistics.median(td) / 1e9}
         except Exception as exc:
-            self.results["errors"]["cupy_transfer"] = repr(exc)
+            self.results["notes"]["cupy_transfer"] = repr(exc)
             return {}
 
     def bench_seq_churn(self) -> None:
@@ -656,6 +662,8 @@ def table(results: dict) -> str:
                     "the ratios are the goal here.")
     for k, v in results.get("errors", {}).items():
         tail.append(f"error in {k}: {v}")
+    for k, v in results.get("notes", {}).items():
+        tail.append(f"note, {k}: {v}")
     return "\n".join([head, *lines, *tail])
 
 
