@@ -23,6 +23,38 @@ class Handle:
         raise NotImplementedError
 
 
+class ChildSet:
+    """The live children of one kind, held weakly: a WeakSet that reuses the weak reference
+    each Child already holds (Child._ref) instead of making a second one per object. The
+    manager's weakref callback drops the references of children that became
+    unreachable."""
+    __slots__ = ("refs",)
+
+    def __init__(self) -> None:
+        self.refs: dict[weakref.ref, None] = {}
+
+    def add(self, obj: Child) -> None:
+        self.refs[obj._ref] = None
+
+    def discard(self, obj: Child) -> None:
+        self.refs.pop(obj._ref, None)
+
+    def __len__(self) -> int:
+        return len(self.refs)
+
+    def __contains__(self, obj: object) -> bool:
+        return getattr(obj, "_ref", None) in self.refs
+
+    def __iter__(self):
+        for ref in list(self.refs):
+            obj = ref()
+            if obj is not None:
+                yield obj
+
+    def clear(self) -> None:
+        self.refs.clear()
+
+
 class Child:
     """Base of Tensor, Algorithm and Sequence: destroy() at most once, `destroyed`,
     DestroyedError on use after destroy or after the manager closed, `with` scoping."""

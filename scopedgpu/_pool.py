@@ -341,8 +341,24 @@ class Pool:
         return a, b
 
     def free_pair(self, a: Allocation, b: Allocation) -> None:
-        self.free(a)
-        self.free(b)
+        """Frees what alloc_pair gave (the inverse of its fast path)."""
+        size = a.size
+        if b.size != size or a.block.sub.bins is None or b.block.sub.bins is None:
+            self.free(a)
+            self.free(b)
+            return
+        self.allocated -= 2 * size
+        self.nallocs -= 2
+        for x in (a, b):
+            blk = x.block
+            blk.used -= size
+            blk.nallocs -= 1
+            sub = blk.sub
+            bin_ = sub.bins.get(size)
+            if bin_ is None:
+                sub.bins[size] = bin_ = []
+            bin_.append(x)
+            sub.binned += 1
 
     def free(self, a: Allocation) -> None:
         self.allocated -= a.size

@@ -12,7 +12,7 @@ from typing import Any, Iterable, Sequence as Seq
 import numpy as np
 
 from scopedgpu import _device
-from scopedgpu._base import Handle
+from scopedgpu._base import ChildSet, Handle
 from scopedgpu._errors import DestroyedError, ShaderError, ValidationError, check
 from scopedgpu._ffi import ffi, lib
 from scopedgpu._pool import Pool
@@ -71,9 +71,9 @@ class _State:
         self.info: _device.DeviceInfo = None  # type: ignore[assignment]
         self.debug = False
         self.pool: Pool = None  # type: ignore[assignment]
-        self.tensors: weakref.WeakSet[Tensor] = weakref.WeakSet()
-        self.algorithms: weakref.WeakSet[Algorithm] = weakref.WeakSet()
-        self.sequences: weakref.WeakSet[Sequence] = weakref.WeakSet()
+        self.tensors = ChildSet()       # of Tensor
+        self.algorithms = ChildSet()    # of Algorithm
+        self.sequences = ChildSet()     # of Sequence
         self.named: dict[str, Sequence] = {}
         self.running: set[Sequence] = set()
         # Handles of objects that became unreachable; released at the next safe point.
@@ -94,6 +94,9 @@ class _State:
         no Python calls beyond a dict and a deque: it may run inside the garbage collector
         or at interpreter exit)."""
         handle = self.handles.pop(ref, None)
+        self.tensors.refs.pop(ref, None)
+        self.algorithms.refs.pop(ref, None)
+        self.sequences.refs.pop(ref, None)
         if handle is not None:
             self.garbage.append(handle)
 
