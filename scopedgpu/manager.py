@@ -80,8 +80,9 @@ class _State:
         self.garbage: collections.deque[Handle] = collections.deque()
         # weakref to a live child -> the handle it owns (see Child.__init__)
         self.handles: dict[weakref.ref, Handle] = {}
-        # queue -> sg_seq handles of destroyed sequences, idle, ready for reuse
-        self.seq_cache: dict[int, list[Any]] = {}
+        # queue -> (sg_seq, signature of the commands it holds) of destroyed sequences,
+        # idle, ready for reuse (see Sequence._sig)
+        self.seq_cache: dict[int, list[tuple[Any, tuple | None]]] = {}
         # [sequences still running, handle] releases waiting for fences
         self.deferred: list[tuple[set[Sequence], Handle]] = []
         self.programs: dict[tuple, _Program] = {}
@@ -100,7 +101,7 @@ class _State:
         if handle is not None:
             self.garbage.append(handle)
 
-    def recycle_seq(self, h: Any, queue: int) -> bool:
+    def recycle_seq(self, h: Any, queue: int, sig: tuple | None) -> bool:
         """Keeps an sg_seq of a destroyed sequence for reuse; False when the cache is full
         (the caller destroys it). Waits for its last submission first."""
         cache = self.seq_cache.setdefault(queue, [])
@@ -108,13 +109,13 @@ class _State:
             return False
         if lib.sg_seq_wait(h, 2**64 - 1, 0) != 0:
             return False
-        cache.append(h)
+        cache.append((h, sig))
         return True
 
     def drop_seq_cache(self) -> int:
         n = 0
         for cache in self.seq_cache.values():
-            for h in cache:
+            for h, _ in cache:
                 lib.sg_seq_destroy(h)
                 n += 1
             cache.clear()

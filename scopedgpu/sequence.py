@@ -9,7 +9,7 @@ from scopedgpu._errors import DestroyedError, check
 from scopedgpu._ffi import ffi, lib
 from scopedgpu.ops import (ACCESS_HOST_READ, ACCESS_SHADER_READ, ACCESS_SHADER_WRITE,
                            ACCESS_TRANSFER_READ, ACCESS_TRANSFER_WRITE, STAGE_COMPUTE,
-                           STAGE_HOST, STAGE_TRANSFER, Op, Use)
+                           STAGE_HOST, STAGE_TRANSFER, Op, OpAlgoDispatch, Use)
 
 if TYPE_CHECKING:
     from scopedgpu.algorithm import Algorithm
@@ -30,16 +30,17 @@ _EMPTY: frozenset = frozenset()
 
 
 class _SeqHandle(Handle):
-    __slots__ = ("seq", "owned", "queue", "nqueries")
+    __slots__ = ("seq", "owned", "queue", "nqueries", "sig")
 
-    def __init__(self, seq: Any, queue: int, nqueries: int):
+    def __init__(self, seq: Any, queue: int, nqueries: int, sig: tuple | None = None):
         self.seq = seq
         self.owned: list[Algorithm] = []
         self.queue = queue
         self.nqueries = nqueries
+        self.sig = sig    # signature of the commands recorded in seq (None: unknown)
 
     def release(self, state: _State, closing: bool) -> None:
-        if closing or self.nqueries or not state.recycle_seq(self.seq, self.queue):
+        if closing or self.nqueries or not state.recycle_seq(self.seq, self.queue, self.sig):
             # sg_seq_destroy waits for the fence of a submission still pending.
             lib.sg_seq_destroy(self.seq)
         self.seq = None
@@ -129,15 +130,16 @@ class Sequence(Child):
             # A command pool, command buffer and fence of a destroyed anonymous sequence
             # are reused when there is one (Manager.empty_cache() frees them).
             cache = state.seq_cache.get(queue) if not timestamps else None
+            sig = None
             if cache:
-                h = cache.pop()
+                h, sig = cache.pop()
             else:
                 out = ffi.new("sg_seq **")
                 rc = lib.sg_seq_create(state.dev, queue, self._nqueries, out)
                 if rc:
                     check(rc, f"creating sequence {name!r} on queue {queue}")
                 h = out[0]
-            super().__init__(manager, _SeqHandle(h, queue, self._nqueries))
+            super().__init__(manager, _SeqHandle(h, queue, self._nqueries, sig))
             state.sequences.add(self)
         self._state = state
         self._h = h
@@ -154,6 +156,11 @@ class Sequence(Child):
         self._post_ops: list[Op] = []
         self._host_written: set[Handle] = set()
         self._rec_inflight: frozenset[Handle] = _EMPTY   # handles of _objs, made at record
+        # Signature of the recorded ops when they are all plain dispatches: an anonymous
+        # sequence that reuses a command buffer already holding exactly these commands
+        # (same live algorithms, push constants, workgroups) need not record it again.
+        # None: not cacheable.
+        self._sig: tuple | None = None if timestamps else ()
 
     # -- properties -----------------------------------------------------------------
     @property
@@ -205,6 +212,13 @@ class Sequence(Child):
         return self
 
     def _note_recorded(self, op: Op) -> None:
+        if self._sig is not None:
+            if type(op) is OpAlgoDispatch:
+                # Algorithm ids are never reused; a live algorithm's pipeline and
+                # descriptor set never change.
+                self._sig += ((op.algorithm._id, op._push, op._workgroup),)
+            else:
+                self._sig = None
         objs = list(op._objects())
         self._objs.extend(objs)
         cls = type(op)
@@ -228,6 +242,7 @@ class Sequence(Child):
             self._pre_ops.clear()
             self._post_ops.clear()
             self._host_written.clear()
+            self._sig = None if self._want_timestamps else ()
             self._dirty = True
             owned = self._handle.owned  # type: ignore[attr-defined]
             for algo in owned:
@@ -282,7 +297,13 @@ class Sequence(Child):
                     if other is not self and not other._inflight.isdisjoint(written):
                         other._wait_locked()
             if self._dirty:
-                self._record_commands()
+                sig = self._sig
+                if sig and sig == self._handle.sig:  # type: ignore[attr-defined]
+                    # The command buffer already holds exactly these commands.
+                    self._rec_inflight = frozenset(o._handle for o in self._objs)
+                    self._dirty = False
+                else:
+                    self._record_commands()
             for op_ in self._pre_ops:
                 op_._pre()
             rc = lib.sg_seq_submit(self._h)
@@ -357,6 +378,7 @@ class Sequence(Child):
         if self._want_timestamps and n + 1 > self._nqueries:
             self._grow_queries(n + 1)
         h = self._h
+        self._handle.sig = None  # type: ignore[attr-defined]
         rc = lib.sg_seq_begin(h)
         if rc:
             check(rc, f"recording {self!r}")
@@ -376,6 +398,7 @@ class Sequence(Child):
         if rc:
             check(rc, f"recording {self!r}")
         self._rec_inflight = frozenset(o._handle for o in self._objs)
+        self._handle.sig = self._sig  # type: ignore[attr-defined]
         self._dirty = False
 
     def _grow_queries(self, need: int) -> None:

@@ -114,3 +114,31 @@ def test_large_device_tensors_import_their_host_copy(mgr):
         t.destroy()
     assert mgr.memory_stats()["imported_blocks"] == 0
     assert view[5] == 15   # the host copy outlives the tensor and its import
+
+
+def test_reused_command_buffers_match_what_was_recorded(mgr):
+    from scopedgpu._shaders import builtin_spirv
+    spirv = builtin_spirv("saxpy")
+    x = mgr.tensor(np.ones(64, dtype=np.float32))
+    y = mgr.tensor(np.zeros(64, dtype=np.float32))
+    mgr.run(sg.OpTensorSyncDevice([x, y]))
+    algo = mgr.algorithm([x, y], spirv, workgroup=(1, 1, 1), push_consts=[2.0])
+    expect = np.zeros(64, dtype=np.float32)
+    for a in (2.0, 2.0, 3.0, 2.0, 5.0, 5.0):
+        with mgr.sequence() as seq:      # recycled command buffers, same or other pushes
+            seq.eval(sg.OpAlgoDispatch(algo, push_consts=[a]))
+        expect += a
+    mgr.run(sg.OpTensorSyncLocal([y]))
+    np.testing.assert_array_equal(y.data(), expect)
+    # A new algorithm over other tensors never reuses the old recording.
+    algo.destroy()
+    z = mgr.tensor(np.zeros(64, dtype=np.float32))
+    mgr.run(sg.OpTensorSyncDevice([z]))
+    algo2 = mgr.algorithm([x, z], spirv, workgroup=(1, 1, 1), push_consts=[2.0])
+    with mgr.sequence() as seq:
+        seq.eval(sg.OpAlgoDispatch(algo2))
+    mgr.run(sg.OpTensorSyncLocal([y, z]))
+    np.testing.assert_array_equal(z.data(), np.full(64, 2, dtype=np.float32))
+    np.testing.assert_array_equal(y.data(), expect)
+    for o in (algo2, x, y, z):
+        o.destroy()
