@@ -677,6 +677,29 @@ def table(results: dict) -> str:
     return "\n".join([head, *lines, *tail])
 
 
+def markdown(results: dict) -> str:
+    """The table as Markdown, for docs/benchmarks.md."""
+    meta = results.get("meta", {})
+    out = [f"Device: {meta.get('device')}; {meta.get('cpus')} CPUs, Python "
+           f"{meta.get('python')}, numpy {meta.get('numpy')}; C yardstick: "
+           f"{'yes' if meta.get('c_device_name') else 'no'}; CuPy: {meta.get('cupy') or 'no'}; "
+           f"{meta.get('time_utc')}; command: `{meta.get('command')}`", "",
+           "| figure | unit | scopedgpu | yardstick | ratio | goal | met | CuPy |",
+           "|---|---|---|---|---|---|---|---|"]
+    for key, label, unit, goal in FIGURES:
+        f = results["figures"].get(key)
+        if f is None:
+            out.append(f"| {label} | {unit} | error | - | - | {goal} | - | - |")
+            continue
+        met = f["goal_met"]
+        out.append(f"| {label} | {unit} | {_num(f['value'], unit)} | "
+                   f"{_num(f['yardstick'], unit)} | "
+                   f"{'-' if f['ratio'] is None else format(f['ratio'], '.2f')} | {goal} | "
+                   f"{'-' if met is None else ('yes' if met else 'NO')} | "
+                   f"{_num(f.get('cupy'), unit)} |")
+    return "\n".join(out)
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     if args.device is not None and str(args.device).isdigit():
         args.device = int(args.device)
@@ -695,6 +718,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(results, indent=1, default=str))
         bench.p.say(f"wrote {path}")
+    if args.markdown:
+        Path(args.markdown).write_text(markdown(results) + "\n")
     print(table(results))
     return 0 if not results["errors"] else 2
 
@@ -705,6 +730,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--device", default=None, help="index or name substring")
     p.add_argument("--quick", action="store_true", help="small sizes and short runs (CI)")
     p.add_argument("--json", metavar="FILE", default=None, help="write all results as JSON")
+    p.add_argument("--markdown", metavar="FILE", default=None,
+                   help="write the table as Markdown (for docs/benchmarks.md)")
     p.add_argument("--cycles", type=int, default=None,
                    help="cycles of the long churn (default 1,000,000; --quick 3,000)")
     p.add_argument("--max-churn-seconds", type=float, default=150.0,
