@@ -95,11 +95,12 @@ class _State:
         no Python calls beyond a dict and a deque: it may run inside the garbage collector
         or at interpreter exit)."""
         handle = self.handles.pop(ref, None)
+        if handle is None:
+            return  # destroyed before: destroy() already left the sets
         self.tensors.refs.pop(ref, None)
         self.algorithms.refs.pop(ref, None)
         self.sequences.refs.pop(ref, None)
-        if handle is not None:
-            self.garbage.append(handle)
+        self.garbage.append(handle)
 
     def recycle_seq(self, h: Any, queue: int, sig: tuple | None) -> bool:
         """Keeps an sg_seq of a destroyed sequence for reuse; False when the cache is full
