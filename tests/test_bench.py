@@ -32,3 +32,19 @@ def test_bench_quick_writes_every_figure(tmp_path):
     for row in data["sweeps"]["transfer"]:
         assert row["upload_gbps"] > 0 and row["download_gbps"] > 0 and row["roundtrip_ok"]
     assert "figure" in res.stdout   # the table is printed
+
+
+def test_bench_without_a_c_compiler_reports_no_ratio(monkeypatch):
+    from scopedgpu import bench
+    monkeypatch.setattr(bench, "_find_cc", lambda: None)
+    exe, note = bench.build_yardstick(lambda msg: None)
+    assert exe is None and "no C compiler" in note
+    y = bench.Yardstick(exe, note, bench.Path("saxpy.spv"), 0, lambda msg: None)
+    assert y.run("latency", 10) == []
+    results = {"figures": {}, "errors": {}, "notes": {}, "meta": {"c_yardstick": note}}
+    b = bench.Bench.__new__(bench.Bench)
+    b.results = results
+    b.fig("latency", 12.0, None, "C", "scopedgpu / C", None)
+    assert results["figures"]["latency"]["ratio"] is None
+    text = bench.table(results)
+    assert "no C compiler" in text and "12.0" in text
