@@ -220,6 +220,8 @@ class Pool:
             self._subs[(kind, True)] = SubPool(self, kind, min(SMALL_BLOCK, max_alloc), None)
             self._subs[(kind, False)] = SubPool(self, kind, min(LARGE_BLOCK, max_alloc),
                                                 LARGE_BLOCK // 2)
+        self._small_device = self._subs[("device", True)]
+        self._small_host = self._subs[("host", True)]
         self.allocated = 0
         self.peak_allocated = 0
         self.reserved = 0
@@ -316,8 +318,10 @@ class Pool:
         """A "device" range and a "host" (staging) range of nbytes <= SMALL_LIMIT each."""
         al = self.align
         size = (nbytes + al - 1) // al * al if nbytes > al else al
-        bd = self._subs[("device", True)].bins.get(size)  # type: ignore[union-attr]
-        bh = self._subs[("host", True)].bins.get(size)  # type: ignore[union-attr]
+        sd = self._small_device
+        sh = self._small_host
+        bd = sd.bins.get(size)  # type: ignore[union-attr]
+        bh = sh.bins.get(size)  # type: ignore[union-attr]
         if not (bd and bh):
             a = self.alloc(nbytes, "device")
             try:
@@ -327,13 +331,16 @@ class Pool:
                 raise
         a = bd.pop()
         b = bh.pop()
-        a.block.sub.binned -= 1
-        b.block.sub.binned -= 1
-        for x in (a, b):
-            blk = x.block
-            blk.used += size
-            blk.nallocs += 1
-            x.nbytes = nbytes
+        sd.binned -= 1
+        sh.binned -= 1
+        blk = a.block
+        blk.used += size
+        blk.nallocs += 1
+        a.nbytes = nbytes
+        blk = b.block
+        blk.used += size
+        blk.nallocs += 1
+        b.nbytes = nbytes
         self.allocated += 2 * size
         self.nallocs += 2
         if self.allocated > self.peak_allocated:

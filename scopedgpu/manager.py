@@ -392,9 +392,10 @@ class Manager:
         if type(data) is np.ndarray and dtype is None and kind in KINDS:
             # Fast path (tensor churn): a numpy array keeps its dtype.
             if data.dtype in self._dtypes_ok and data.size:
-                if kind == "device" and st.pool.can_import(data.nbytes):
+                pool = st.pool
+                if kind == "device" and pool.import_align and pool.can_import(data.nbytes):
                     # Copy straight into memory the device can import (one copy, not two).
-                    arr = aligned_empty(data.shape, data.dtype, st.pool.import_align)
+                    arr = aligned_empty(data.shape, data.dtype, pool.import_align)
                     np.copyto(arr, data)
                     return Tensor(self, arr, kind)
                 return Tensor(self, data.copy(), kind)
