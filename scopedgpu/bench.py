@@ -429,6 +429,7 @@ class Bench:
         for b in sizes:
             arr = np.random.default_rng(1).random(b // 4, dtype=np.float32)
             t = self.mgr.tensor(arr)
+            zero_copy = bool(getattr(t, "_zero_copy", False))   # host copy imported?
             up = self.mgr.sequence().record(sg.OpTensorSyncDevice([t]))
             down = self.mgr.sequence().record(sg.OpTensorSyncLocal([t]))
             tu = self.timed_reps(up.eval, min_time, min_reps=3, max_reps=50)
@@ -452,12 +453,14 @@ class Bench:
             row = {"bytes": b, "upload_gbps": b / statistics.median(tu) / 1e9,
                    "download_gbps": b / statistics.median(td) / 1e9,
                    "upload_e2e_gbps": b / statistics.median(te) / 1e9, "roundtrip_ok": ok,
+                   "zero_copy": zero_copy,
                    "c_upload_gbps": cres.get(b, {}).get("upload_gbps"),
                    "c_download_gbps": cres.get(b, {}).get("download_gbps")}
             if self.cp:
                 row.update(self._cupy_transfer(arr, min(reps, 10)))
             sweep.append(row)
-            self.p.say(f"transfer {b // MiB} MiB: up {row['upload_gbps']:.2f} GB/s "
+            self.p.say(f"transfer {b // MiB} MiB{' (imported host copy)' if zero_copy else ''}: "
+                       f"up {row['upload_gbps']:.2f} GB/s "
                        f"(C DMA {row['c_upload_gbps']}), down {row['download_gbps']:.2f} GB/s "
                        f"(C DMA {row['c_download_gbps']}), data ok: {ok}")
         self.results["sweeps"]["transfer"] = sweep
@@ -467,6 +470,7 @@ class Bench:
             self.fig(d, v, c, f"C: vkCmdCopyBuffer {'staging->device' if d == 'upload' else 'device->staging'}",
                      "scopedgpu / C", None if not c else v / c >= SPEC_TRANSFER_RATIO,
                      bytes=top["bytes"], cupy=top.get(f"cupy_{d}_gbps"),
+                     zero_copy=top["zero_copy"],
                      e2e_gbps=top["upload_e2e_gbps"] if d == "upload" else None)
 
     def _cupy_transfer(self, arr: np.ndarray, reps: int) -> dict:
