@@ -1,6 +1,7 @@
 """Tensors: ranges of the manager's memory pool, with a host copy in a numpy array."""
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -38,6 +39,31 @@ def dtype_feature(dtype: np.dtype) -> str | None:
         names = ", ".join(str(d) for d in _DTYPE_FEATURE)
         raise TypeError(f"dtype {dt} is not supported by scopedgpu; use one of {names}")
     return _DTYPE_FEATURE[dt]
+
+
+PARALLEL_COPY_MIN = 16 << 20     # host copies this large are split over threads
+_copier = None
+
+
+def _copy(dst: Any, src: Any, nbytes: int) -> None:
+    """memcpy between a numpy array's memory and mapped memory (cffi pointers). Large
+    copies are split over a few threads: numpy releases the GIL while it copies, and one
+    core rarely saturates memory bandwidth. Used only where no host-memory import (DMA
+    straight from data()) is possible."""
+    global _copier
+    workers = min(8, (os.cpu_count() or 1) // 2)
+    if nbytes < PARALLEL_COPY_MIN or workers < 2:
+        ffi.memmove(dst, src, nbytes)
+        return
+    if _copier is None:
+        from concurrent.futures import ThreadPoolExecutor
+        _copier = ThreadPoolExecutor(workers, thread_name_prefix="scopedgpu-copy")
+    d = np.frombuffer(ffi.buffer(dst, nbytes), dtype=np.uint8)
+    s = np.frombuffer(ffi.buffer(src, nbytes), dtype=np.uint8)
+    step = -(-nbytes // (2 * workers)) // 4096 * 4096 or nbytes
+    parts = [(i, min(i + step, nbytes)) for i in range(0, nbytes, step)]
+    for f in [_copier.submit(np.copyto, d[a:b], s[a:b]) for a, b in parts]:
+        f.result()
 
 
 def aligned_empty(shape: tuple[int, ...], dtype: np.dtype, align: int) -> np.ndarray:
@@ -212,14 +238,14 @@ class Tensor(Child):
             return
         host = self._host
         assert host is not None and self._mapped is not None
-        ffi.memmove(ffi.cast("void *", self._mapped.address), ffi.from_buffer(host), self._nbytes)
+        _copy(ffi.cast("void *", self._mapped.address), ffi.from_buffer(host), self._nbytes)
 
     def _from_mapped(self) -> None:
         if self._zero_copy:
             return
         host = self._host
         assert host is not None and self._mapped is not None
-        ffi.memmove(ffi.from_buffer(host), ffi.cast("void *", self._mapped.address), self._nbytes)
+        _copy(ffi.from_buffer(host), ffi.cast("void *", self._mapped.address), self._nbytes)
 
     def _forget(self) -> None:
         self._mgr._state.tensors.discard(self)

@@ -142,3 +142,24 @@ def test_reused_command_buffers_match_what_was_recorded(mgr):
     np.testing.assert_array_equal(y.data(), expect)
     for o in (algo2, x, y, z):
         o.destroy()
+
+
+def test_staged_transfers_with_threaded_copies(mgr, monkeypatch):
+    """Without host-memory import, large host copies go through staging with a copy split
+    over threads; the data must come back intact."""
+    import os
+
+    import scopedgpu.tensor as tensor_mod
+    monkeypatch.setattr(mgr._state.pool, "import_align", 0)
+    monkeypatch.setattr(tensor_mod, "PARALLEL_COPY_MIN", 1 << 20)
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    n = (3 << 20) // 4 + 5
+    src = np.random.default_rng(0).random(n, dtype=np.float32)
+    t = mgr.tensor(src)
+    assert not t._zero_copy
+    with mgr.sequence() as seq:
+        seq.eval(sg.OpTensorSyncDevice([t]))
+        t.data()[:] = 0
+        seq.eval(sg.OpTensorSyncLocal([t]))
+    np.testing.assert_array_equal(t.data(), src)
+    t.destroy()
