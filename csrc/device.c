@@ -197,6 +197,25 @@ fail:
     return rc;
 }
 
+static int has_device_extension(sg_instance *inst, VkPhysicalDevice phys, const char *name) {
+    uint32_t n = 0;
+    if (inst->vk.vkEnumerateDeviceExtensionProperties(phys, NULL, &n, NULL) != VK_SUCCESS) return 0;
+    VkExtensionProperties *props = calloc(n ? n : 1, sizeof *props);
+    if (!props) return 0;
+    int found = 0;
+    if (inst->vk.vkEnumerateDeviceExtensionProperties(phys, NULL, &n, props) == VK_SUCCESS)
+        for (uint32_t i = 0; i < n; i++)
+            if (strcmp(props[i].extensionName, name) == 0) found = 1;
+    free(props);
+    return found;
+}
+
+/* Host memory import needs Vulkan 1.1 (external memory is core there) and the extension. */
+static int can_import_host(sg_instance *inst, VkPhysicalDevice phys, uint32_t api) {
+    return api >= VK_API_VERSION_1_1 && inst->vk.vkGetPhysicalDeviceProperties2 &&
+           has_device_extension(inst, phys, VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME);
+}
+
 /* Queries the feature structs the shim enables; v11/v12 are filled only where the
  * device's API version has them (1.2 and later). */
 static void query_features(sg_instance *inst, VkPhysicalDevice phys, uint32_t api,
@@ -266,8 +285,12 @@ int sg_instance_device_info(sg_instance *inst, uint32_t index, sg_device_info *i
     info->max_memory_allocation_size = 0;
 
     if (p.apiVersion >= VK_API_VERSION_1_1 && inst->vk.vkGetPhysicalDeviceProperties2) {
+        int import = can_import_host(inst, phys, p.apiVersion);
+        VkPhysicalDeviceExternalMemoryHostPropertiesEXT host = {
+            .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_EXTERNAL_MEMORY_HOST_PROPERTIES_EXT};
         VkPhysicalDeviceSubgroupProperties sub = {
-            .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
+            .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES,
+            .pNext = import ? &host : NULL};
         VkPhysicalDeviceMaintenance3Properties m3 = {
             .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES, .pNext = &sub};
         VkPhysicalDeviceDriverProperties drv = {
@@ -278,6 +301,10 @@ int sg_instance_device_info(sg_instance *inst, uint32_t index, sg_device_info *i
         inst->vk.vkGetPhysicalDeviceProperties2(phys, &p2);
         info->subgroup_size = sub.subgroupSize;
         info->max_memory_allocation_size = m3.maxMemoryAllocationSize;
+        if (import && host.minImportedHostPointerAlignment) {
+            info->host_import = 1;
+            info->host_import_alignment = host.minImportedHostPointerAlignment;
+        }
         if (p.apiVersion >= VK_API_VERSION_1_2) {
             snprintf(info->driver_name, sizeof info->driver_name, "%s", drv.driverName);
             snprintf(info->driver_info, sizeof info->driver_info, "%s", drv.driverInfo);
@@ -369,10 +396,18 @@ int sg_device_create(sg_instance *inst, uint32_t index, uint32_t nqueues, sg_dev
     en.features.shaderInt16 = have.features.shaderInt16;
     int modern = p.apiVersion >= VK_API_VERSION_1_2 && inst->vk.vkGetPhysicalDeviceFeatures2;
     en.pNext = &en11;
+    const char *exts[1];
+    uint32_t next = 0;
+    if (can_import_host(inst, phys, p.apiVersion)) {
+        exts[next++] = VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME;
+        dev->host_import = 1;
+    }
     VkDeviceCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
                              .pNext = modern ? &en : NULL,
                              .queueCreateInfoCount = 1,
                              .pQueueCreateInfos = &qci,
+                             .enabledExtensionCount = next,
+                             .ppEnabledExtensionNames = exts,
                              .pEnabledFeatures = modern ? NULL : &en.features};
     SG_VK("vkCreateDevice", inst->vk.vkCreateDevice(phys, &ci, NULL, &dev->device));
     sg__live_add(dev, SG_LIVE_DEVICES, 1);

@@ -46,7 +46,7 @@ fail:
 void sg_block_destroy(sg_block *blk) {
     if (!blk) return;
     sg_device *dev = blk->dev;
-    if (blk->ptr) dev->vk.vkUnmapMemory(dev->device, blk->memory);
+    if (blk->ptr && !blk->imported) dev->vk.vkUnmapMemory(dev->device, blk->memory);
     if (blk->buffer) {
         dev->vk.vkDestroyBuffer(dev->device, blk->buffer, NULL);
         sg__live_add(dev, SG_LIVE_BUFFERS, -1);
@@ -59,3 +59,67 @@ void sg_block_destroy(sg_block *blk) {
 }
 
 void *sg_block_ptr(sg_block *blk) { return blk->ptr; }
+
+int sg_host_pointer_types(sg_device *dev, void *ptr, uint32_t *type_bits) {
+    int rc = 0;
+    if (!dev->host_import || !dev->vk.vkGetMemoryHostPointerPropertiesEXT)
+        SG_FAIL("vkGetMemoryHostPointerPropertiesEXT", VK_ERROR_EXTENSION_NOT_PRESENT);
+    VkMemoryHostPointerPropertiesEXT props = {
+        .sType = VK_STRUCTURE_TYPE_MEMORY_HOST_POINTER_PROPERTIES_EXT};
+    SG_VK("vkGetMemoryHostPointerPropertiesEXT",
+          dev->vk.vkGetMemoryHostPointerPropertiesEXT(
+              dev->device, VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT, ptr, &props));
+    *type_bits = props.memoryTypeBits;
+fail:
+    return rc;
+}
+
+/* Who owns what: the block owns its buffer and the VkDeviceMemory of the import, not the
+ * host memory, which the caller keeps alive until sg_block_destroy. On failure nothing is
+ * left behind. */
+int sg_block_import(sg_device *dev, void *ptr, uint64_t size, uint32_t mem_type, sg_block **out) {
+    int rc = 0;
+    sg_block *blk = NULL;
+    if (!dev->host_import) SG_FAIL("sg_block_import", VK_ERROR_EXTENSION_NOT_PRESENT);
+    if (!ptr || size == 0) SG_FAIL("sg_block_import", SG_ERR_ARGUMENT);
+    blk = calloc(1, sizeof *blk);
+    if (!blk) SG_FAIL("calloc", VK_ERROR_OUT_OF_HOST_MEMORY);
+    blk->dev = dev;
+    blk->size = size;
+    blk->imported = 1;
+    /* VkBufferCreateInfo: a buffer bound to imported memory must be created with the
+     * handle type in VkExternalMemoryBufferCreateInfo::handleTypes. */
+    VkExternalMemoryBufferCreateInfo ext = {
+        .sType = VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_BUFFER_CREATE_INFO,
+        .handleTypes = VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT};
+    VkBufferCreateInfo bci = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
+                              .pNext = &ext,
+                              .size = size,
+                              .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT |
+                                       VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+                                       VK_BUFFER_USAGE_TRANSFER_DST_BIT,
+                              .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
+    SG_VK("vkCreateBuffer", dev->vk.vkCreateBuffer(dev->device, &bci, NULL, &blk->buffer));
+    sg__live_add(dev, SG_LIVE_BUFFERS, 1);
+    VkMemoryRequirements req;
+    dev->vk.vkGetBufferMemoryRequirements(dev->device, blk->buffer, &req);
+    if (mem_type >= 32 || !(req.memoryTypeBits & (1u << mem_type)) || req.size > size)
+        SG_FAIL("vkGetBufferMemoryRequirements", SG_ERR_MEMORY_TYPE);
+    VkImportMemoryHostPointerInfoEXT imp = {
+        .sType = VK_STRUCTURE_TYPE_IMPORT_MEMORY_HOST_POINTER_INFO_EXT,
+        .handleType = VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT,
+        .pHostPointer = ptr};
+    VkMemoryAllocateInfo mai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO,
+                                .pNext = &imp,
+                                .allocationSize = size,
+                                .memoryTypeIndex = mem_type};
+    SG_VK("vkAllocateMemory", dev->vk.vkAllocateMemory(dev->device, &mai, NULL, &blk->memory));
+    sg__live_add(dev, SG_LIVE_MEMORY, 1);
+    SG_VK("vkBindBufferMemory", dev->vk.vkBindBufferMemory(dev->device, blk->buffer, blk->memory, 0));
+    blk->ptr = ptr;
+    *out = blk;
+    return 0;
+fail:
+    sg_block_destroy(blk);
+    return rc;
+}

@@ -91,6 +91,10 @@ typedef struct sg_device_info {
     uint32_t memory_heap_count;
     uint64_t memory_heap_size[16];
     uint32_t memory_heap_flags[16];
+    /* VK_EXT_external_memory_host: 1 when the device can import host memory (API 1.1+);
+     * pointer and size of an import must be multiples of host_import_alignment. */
+    uint32_t host_import;
+    uint64_t host_import_alignment;
 } sg_device_info;
 
 /* Version of the shim's source, compared by the Python layer against its own. */
@@ -127,6 +131,14 @@ uint32_t sg_device_queue_count(sg_device *dev);
 int sg_block_create(sg_device *dev, uint64_t size, uint32_t mem_type, int map, sg_block **out);
 void sg_block_destroy(sg_block *blk);
 void *sg_block_ptr(sg_block *blk);
+/* Host memory import (VK_EXT_external_memory_host, enabled by sg_device_create when
+ * info.host_import): the memory types that can import the host range at ptr ... */
+int sg_host_pointer_types(sg_device *dev, void *ptr, uint32_t *type_bits);
+/* ... and a block whose memory is [ptr, ptr + size) itself: no copy, no mapping; the
+ * device reads and writes that host memory. ptr and size: multiples of
+ * host_import_alignment. The caller keeps the host memory alive and unmoved until
+ * sg_block_destroy (and until the work that used the block completed). */
+int sg_block_import(sg_device *dev, void *ptr, uint64_t size, uint32_t mem_type, sg_block **out);
 
 /* A compute pipeline. Bindings 0..nbindings-1 of set 0 are storage buffers. Specialization
  * constant i has id spec_ids[i], spec_sizes[i] bytes at spec_offsets[i] in spec_data. */

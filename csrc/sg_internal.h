@@ -22,6 +22,7 @@
     X(vkGetPhysicalDeviceFeatures2) \
     X(vkGetPhysicalDeviceMemoryProperties) \
     X(vkGetPhysicalDeviceQueueFamilyProperties) \
+    X(vkEnumerateDeviceExtensionProperties) \
     X(vkCreateDevice) \
     X(vkGetDeviceProcAddr)
 
@@ -71,7 +72,8 @@
     X(vkQueueSubmit) \
     X(vkCreateQueryPool) \
     X(vkDestroyQueryPool) \
-    X(vkGetQueryPoolResults)
+    X(vkGetQueryPoolResults) \
+    X(vkGetMemoryHostPointerPropertiesEXT)
 
 #define SG_DECLARE_PFN(name) PFN_##name name;
 
@@ -97,6 +99,7 @@ struct sg_device {
     uint32_t nqueues;
     VkQueue queues[SG_MAX_QUEUES];
     uint32_t timestamp_valid_bits;
+    int host_import;     /* VK_EXT_external_memory_host enabled */
     struct { SG_DEVICE_FUNCS(SG_DECLARE_PFN) } vk;
     int64_t live[SG_LIVE_COUNT];
 };
@@ -107,6 +110,7 @@ struct sg_block {
     VkDeviceMemory memory;
     void *ptr;
     uint64_t size;
+    int imported;    /* ptr is imported host memory, not a mapping */
 };
 
 struct sg_program {

@@ -124,12 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default=None, help="index or name substring")
     p.add_argument("--batch", type=int, default=256)
     p.set_defaults(func=cmd_demo)
-    try:
-        from scopedgpu import bench
-    except ImportError:
-        bench = None
-    if bench is not None:
-        bench.add_parser(sub)
+    from scopedgpu import bench
+    bench.add_parser(sub)
     args = parser.parse_args(argv)
     if getattr(args, "device", None) is not None and str(args.device).isdigit():
         args.device = int(args.device)

@@ -50,6 +50,7 @@ class DeviceInfo:
     max_memory_allocation_count: int = 4096
     max_storage_buffers_per_stage: int = 4
     timestamp_period: float = 1.0
+    host_import_alignment: int = 0   # VK_EXT_external_memory_host; 0 when not supported
     memory_type_flags: tuple[int, ...] = field(default=(), repr=False)
     memory_heap_sizes: tuple[int, ...] = field(default=(), repr=False)
 
@@ -113,6 +114,7 @@ def _info_from(index: int, raw) -> DeviceInfo:
         max_memory_allocation_count=raw.max_memory_allocation_count,
         max_storage_buffers_per_stage=raw.max_storage_buffers_per_stage,
         timestamp_period=raw.timestamp_period,
+        host_import_alignment=raw.host_import_alignment if raw.host_import else 0,
         memory_type_flags=tuple(raw.memory_type_flags[i] for i in range(raw.memory_type_count)),
         memory_heap_sizes=tuple(heaps),
     )

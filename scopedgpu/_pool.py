@@ -11,6 +11,13 @@ Policy, after CuPy's and PyTorch's caching allocators:
   taken; a freed range merges with its free neighbours.
 - The pool never frees a range that submitted work may use: the manager calls free()
   only after the fences of that work have signalled.
+- Fast path for churn: a freed small range goes, unmerged, onto a bin of its exact size
+  (LIFO) and the next request of that size takes it back in O(1). Bins are merged into
+  the free list before the pool grows or releases blocks, so they never cost memory.
+- Large "device" tensors whose host copy can be imported (VK_EXT_external_memory_host)
+  get no staging range: their page-aligned numpy host copy itself becomes a block of its
+  own (import_host), so the sync ops are one DMA, with no memcpy. Imports are host
+  memory, outside reserved_bytes and memory_limit, and few (IMPORT_MIN and up).
 - Empty blocks stay cached until empty_cache(). When a new block cannot be had (device
   out of memory, or memory_limit reached), the pool empties its cache and retries once,
   then raises OutOfMemoryError.
@@ -28,6 +35,7 @@ if TYPE_CHECKING:
     from scopedgpu._device import DeviceInfo
 
 MiB = 1 << 20
+IMPORT_MIN = 4 * MiB     # host copies this large are imported, where the device can
 SMALL_LIMIT = 1 * MiB
 SMALL_BLOCK = 8 * MiB
 LARGE_BLOCK = 64 * MiB
@@ -104,6 +112,10 @@ class SubPool:
         self.dedicated_above = dedicated_above
         self.blocks: dict[int, Block] = {}
         self.free: list[tuple[int, int, int]] = []   # (size, block id, offset)
+        # size -> freed Allocations whose ranges are not merged yet (small sub-pools only);
+        # the objects are handed out again as they are
+        self.bins: dict[int, list[Allocation]] | None = {} if dedicated_above is None else None
+        self.binned = 0
 
     def _take(self, size: int) -> Allocation | None:
         i = bisect.bisect_left(self.free, (size, -1, -1))
@@ -132,9 +144,32 @@ class SubPool:
 
     def release(self, a: Allocation) -> None:
         blk = a.block
-        off, size = a.offset, a.size
+        size = a.size
         blk.used -= size
         blk.nallocs -= 1
+        bins = self.bins
+        if bins is not None:
+            b = bins.get(size)
+            if b is None:
+                bins[size] = b = []
+            b.append(a)
+            self.binned += 1
+            return
+        self._merge(blk, a.offset, size)
+
+    def flush_bins(self) -> None:
+        """Merges the binned ranges into the free list."""
+        if not self.binned:
+            return
+        bins = self.bins
+        assert bins is not None
+        for size, b in bins.items():
+            for a in b:
+                self._merge(a.block, a.offset, size)
+        bins.clear()
+        self.binned = 0
+
+    def _merge(self, blk: Block, off: int, size: int) -> None:
         prev_off = blk.free_end.get(off)
         if prev_off is not None:
             prev_size = blk.free_start[prev_off]
@@ -158,6 +193,7 @@ class SubPool:
         return Allocation(blk, 0, size, size)
 
     def drop_empty_blocks(self) -> list[Block]:
+        self.flush_bins()
         empty = [b for b in self.blocks.values() if b.nallocs == 0]
         for b in empty:
             self._remove_free(b, 0, b.size)
@@ -184,10 +220,53 @@ class Pool:
             self._subs[(kind, True)] = SubPool(self, kind, min(SMALL_BLOCK, max_alloc), None)
             self._subs[(kind, False)] = SubPool(self, kind, min(LARGE_BLOCK, max_alloc),
                                                 LARGE_BLOCK // 2)
+        self._small_device = self._subs[("device", True)]
+        self._small_host = self._subs[("host", True)]
         self.allocated = 0
         self.peak_allocated = 0
         self.reserved = 0
         self.nallocs = 0
+        # Host memory import: alignment (0: not supported), live imported blocks.
+        self.import_align = int(getattr(info, "host_import_alignment", 0) or 0)
+        self.max_imports = min(1024, int(info.max_memory_allocation_count or 4096) // 4)
+        self.imports: dict[int, Block] = {}
+        self.imported = 0
+
+    def can_import(self, nbytes: int) -> bool:
+        return (self.import_align > 0 and nbytes >= IMPORT_MIN
+                and len(self.imports) < self.max_imports)
+
+    def import_host(self, address: int, nbytes: int) -> Allocation | None:
+        """A block over the host memory [address, address + nbytes rounded up to the import
+        alignment); None when the device refuses (the caller falls back to staging).
+        The caller keeps that memory alive until unimport() of the allocation's block."""
+        align = self.import_align
+        if not align or address % align:
+            return None
+        size = (nbytes + align - 1) // align * align
+        bits = ffi.new("uint32_t *")
+        ptr = ffi.cast("void *", address)
+        if lib.sg_host_pointer_types(self._dev, ptr, bits) != 0 or not bits[0]:
+            return None
+        ranked = [t for t in self._types["host"] if bits[0] >> t & 1]
+        ranked += [t for t in range(32) if bits[0] >> t & 1 and t not in ranked]
+        out = ffi.new("sg_block **")
+        for mem_type in ranked:
+            if lib.sg_block_import(self._dev, ptr, size, mem_type, out) == 0:
+                blk = Block(next(self._ids), out[0], address, size, mem_type, None)  # type: ignore[arg-type]
+                blk.used = size
+                blk.nallocs = 1
+                self.imports[blk.id] = blk
+                self.imported += size
+                return Allocation(blk, 0, size, nbytes)
+        return None
+
+    def unimport(self, a: Allocation) -> None:
+        blk = self.imports.pop(a.block.id, None)
+        if blk is not None:
+            lib.sg_block_destroy(blk.handle)
+            blk.handle = ffi.NULL
+            self.imported -= blk.size
 
     def has_kind(self, kind: str) -> bool:
         return bool(self._types[kind])
@@ -197,12 +276,31 @@ class Pool:
         return max(a, (nbytes + a - 1) // a * a)
 
     def alloc(self, nbytes: int, kind: str) -> Allocation:
-        size = self.round(nbytes)
+        al = self.align
+        size = (nbytes + al - 1) // al * al if nbytes > al else al
         small = size <= SMALL_LIMIT
         sub = self._subs[(kind, small)]
+        if small:
+            # Fast path: a freed range of exactly this size, handed out as it was.
+            b = sub.bins.get(size)  # type: ignore[union-attr]
+            if b:
+                a = b.pop()
+                sub.binned -= 1
+                blk = a.block
+                blk.used += size
+                blk.nallocs += 1
+                a.nbytes = nbytes
+                self.allocated += size
+                self.nallocs += 1
+                if self.allocated > self.peak_allocated:
+                    self.peak_allocated = self.allocated
+                return a
         a = None
         if sub.dedicated_above is None or size <= sub.dedicated_above:
             a = sub._take(size)
+            if a is None and sub.binned:
+                sub.flush_bins()
+                a = sub._take(size)
         if a is None:
             block_size = size if (sub.dedicated_above is not None and size > sub.dedicated_above) \
                 else max(sub.block_size, size)
@@ -215,6 +313,61 @@ class Pool:
         if self.allocated > self.peak_allocated:
             self.peak_allocated = self.allocated
         return a
+
+    def alloc_pair(self, nbytes: int) -> tuple[Allocation, Allocation]:
+        """A "device" range and a "host" (staging) range of nbytes <= SMALL_LIMIT each."""
+        al = self.align
+        size = (nbytes + al - 1) // al * al if nbytes > al else al
+        sd = self._small_device
+        sh = self._small_host
+        bd = sd.bins.get(size)  # type: ignore[union-attr]
+        bh = sh.bins.get(size)  # type: ignore[union-attr]
+        if not (bd and bh):
+            a = self.alloc(nbytes, "device")
+            try:
+                return a, self.alloc(nbytes, "host")
+            except BaseException:
+                self.free(a)
+                raise
+        a = bd.pop()
+        b = bh.pop()
+        sd.binned -= 1
+        sh.binned -= 1
+        blk = a.block
+        blk.used += size
+        blk.nallocs += 1
+        a.nbytes = nbytes
+        blk = b.block
+        blk.used += size
+        blk.nallocs += 1
+        b.nbytes = nbytes
+        self.allocated += 2 * size
+        self.nallocs += 2
+        if self.allocated > self.peak_allocated:
+            self.peak_allocated = self.allocated
+        return a, b
+
+    def free_pair(self, a: Allocation, b: Allocation) -> None:
+        """Frees what alloc_pair gave (the inverse of its fast path)."""
+        size = a.size
+        if b.size != size or a.block.sub.bins is None or b.block.sub.bins is None:
+            self.free(a)
+            self.free(b)
+            return
+        self.allocated -= 2 * size
+        self.nallocs -= 2
+        for x in (a, b):
+            blk = x.block
+            blk.used -= size
+            blk.nallocs -= 1
+            sub = blk.sub
+            bins = sub.bins
+            assert bins is not None  # free_pair is only used for binned sizes
+            bin_ = bins.get(size)
+            if bin_ is None:
+                bins[size] = bin_ = []
+            bin_.append(x)
+            sub.binned += 1
 
     def free(self, a: Allocation) -> None:
         self.allocated -= a.size
@@ -296,6 +449,14 @@ class Pool:
                 blk.handle = ffi.NULL
             sub.blocks.clear()
             sub.free.clear()
+            if sub.bins is not None:
+                sub.bins.clear()
+            sub.binned = 0
+        for blk in self.imports.values():
+            lib.sg_block_destroy(blk.handle)
+            blk.handle = ffi.NULL
+        self.imports.clear()
+        self.imported = 0
         self.reserved = 0
         self.allocated = 0
         self.nallocs = 0
@@ -307,4 +468,6 @@ class Pool:
             "peak_allocated_bytes": self.peak_allocated,
             "blocks": sum(len(s.blocks) for s in self._subs.values()),
             "allocations": self.nallocs,
+            "imported_host_bytes": self.imported,
+            "imported_blocks": len(self.imports),
         }

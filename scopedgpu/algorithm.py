@@ -247,7 +247,8 @@ class Algorithm(Child):
                 raise
             super().__init__(manager, _AlgoHandle(out[0], program))
             state.algorithms.add(self)
-            state.check_validation(f"creating {self!r}")
+            if state.debug:
+                state.check_validation(f"creating {self!r}")
 
     def _check_push(self, push: bytes, what: str) -> bytes:
         need = self._info.push_constant_size

@@ -12,7 +12,7 @@ from typing import Any, Sequence as Seq
 import numpy as np
 
 from scopedgpu import _device
-from scopedgpu._base import Handle
+from scopedgpu._base import ChildSet, Handle
 from scopedgpu._errors import DestroyedError, ShaderError, ValidationError, check
 from scopedgpu._ffi import ffi, lib
 from scopedgpu._pool import Pool
@@ -20,7 +20,7 @@ from scopedgpu._spirv import ShaderInfo, reflect
 from scopedgpu.algorithm import Algorithm
 from scopedgpu.ops import Op
 from scopedgpu.sequence import SPIN_NS, Sequence
-from scopedgpu.tensor import KINDS, Tensor, dtype_feature
+from scopedgpu.tensor import KINDS, Tensor, aligned_empty, dtype_feature
 
 __all__ = ["Manager"]
 
@@ -31,6 +31,8 @@ _LIVE_NAMES = ("instances", "devices", "buffers", "memory_blocks", "shader_modul
                "descriptor_set_layouts", "pipeline_layouts", "pipelines", "descriptor_pools",
                "command_pools", "fences", "query_pools", "debug_messengers")
 UNUSED_PROGRAMS_KEPT = 64
+# Command pool + command buffer + fence sets kept per queue for reuse by new sequences.
+SEQUENCES_KEPT = 16
 
 
 def shim_live_counts(dev: Any = None) -> dict[str, int]:
@@ -69,19 +71,56 @@ class _State:
         self.info: _device.DeviceInfo = None  # type: ignore[assignment]
         self.debug = False
         self.pool: Pool = None  # type: ignore[assignment]
-        self.tensors: weakref.WeakSet[Tensor] = weakref.WeakSet()
-        self.algorithms: weakref.WeakSet[Algorithm] = weakref.WeakSet()
-        self.sequences: weakref.WeakSet[Sequence] = weakref.WeakSet()
+        self.tensors = ChildSet()       # of Tensor
+        self.algorithms = ChildSet()    # of Algorithm
+        self.sequences = ChildSet()     # of Sequence
         self.named: dict[str, Sequence] = {}
         self.running: set[Sequence] = set()
         # Handles of objects that became unreachable; released at the next safe point.
         self.garbage: collections.deque[Handle] = collections.deque()
+        # weakref to a live child -> the handle it owns (see Child.__init__)
+        self.handles: dict[weakref.ref, Handle] = {}
+        # queue -> (sg_seq, signature of the commands it holds) of destroyed sequences,
+        # idle, ready for reuse (see Sequence._sig)
+        self.seq_cache: dict[int, list[tuple[Any, tuple | None]]] = {}
         # [sequences still running, handle] releases waiting for fences
         self.deferred: list[tuple[set[Sequence], Handle]] = []
         self.programs: dict[tuple, _Program] = {}
         self.unused_programs: OrderedDict[tuple, _Program] = OrderedDict()
         self.reflections: OrderedDict[bytes, ShaderInfo] = OrderedDict()
         self.msg_buf = ffi.new("char[]", 65536)
+
+    def unreachable(self, ref: weakref.ref) -> None:
+        """Weakref callback of a child that became unreachable: queue its handle (no lock,
+        no Python calls beyond a dict and a deque: it may run inside the garbage collector
+        or at interpreter exit)."""
+        handle = self.handles.pop(ref, None)
+        if handle is None:
+            return  # destroyed before: destroy() already left the sets
+        self.tensors.refs.pop(ref, None)
+        self.algorithms.refs.pop(ref, None)
+        self.sequences.refs.pop(ref, None)
+        self.garbage.append(handle)
+
+    def recycle_seq(self, h: Any, queue: int, sig: tuple | None) -> bool:
+        """Keeps an sg_seq of a destroyed sequence for reuse; False when the cache is full
+        (the caller destroys it). Waits for its last submission first."""
+        cache = self.seq_cache.setdefault(queue, [])
+        if len(cache) >= SEQUENCES_KEPT or self.closed:
+            return False
+        if lib.sg_seq_wait(h, 2**64 - 1, 0) != 0:
+            return False
+        cache.append((h, sig))
+        return True
+
+    def drop_seq_cache(self) -> int:
+        n = 0
+        for cache in self.seq_cache.values():
+            for h, _ in cache:
+                lib.sg_seq_destroy(h)
+                n += 1
+            cache.clear()
+        return n
 
     # -- safe points ------------------------------------------------------------------
     def check_open(self) -> None:
@@ -101,7 +140,7 @@ class _State:
 
     def release(self, handle: Handle) -> None:
         """Releases now, or once every running sequence that uses the handle completed."""
-        users = {s for s in self.running if handle in s._inflight}
+        users = {s for s in self.running if handle in s._inflight} if self.running else None
         if users:
             self.deferred.append((users, handle))
         else:
@@ -227,6 +266,8 @@ def _shutdown(state: _State) -> None:
                         h.release(state, True)
                 group.clear()
             state.named.clear()
+            state.handles.clear()
+            state.drop_seq_cache()
             for prog in list(state.programs.values()):
                 lib.sg_program_destroy(prog.handle)
             state.programs.clear()
@@ -300,6 +341,7 @@ class Manager:
             self._finalizer()
             raise
         self._nqueues = lib.sg_device_queue_count(state.dev)
+        self._dtypes_ok: set[np.dtype] = set()   # native-order dtypes this device supports
 
     # -- life ------------------------------------------------------------------------------
     def close(self) -> None:
@@ -346,7 +388,19 @@ class Manager:
         kp) unless dtype says otherwise; numpy arrays keep their dtype. kind: "device",
         "host" or "storage" (see Tensor). The tensor's memory returns to the pool on
         destroy(), at close(), or when it becomes unreachable."""
-        self._open()
+        st = self._state
+        if st.closed:
+            st.check_open()
+        if type(data) is np.ndarray and dtype is None and kind in KINDS:
+            # Fast path (tensor churn): a numpy array keeps its dtype.
+            if data.dtype in self._dtypes_ok and data.size:
+                pool = st.pool
+                if kind == "device" and pool.import_align and pool.can_import(data.nbytes):
+                    # Copy straight into memory the device can import (one copy, not two).
+                    arr = aligned_empty(data.shape, data.dtype, pool.import_align)
+                    np.copyto(arr, data)
+                    return Tensor(self, arr, kind)
+                return Tensor(self, data.copy(), kind)
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
         if isinstance(data, Tensor):
@@ -373,13 +427,15 @@ class Manager:
     def empty(self, shape: int | Seq[int], dtype: Any = np.float32, *,
               kind: str = "device") -> Tensor:
         """A zero-filled tensor."""
-        return self.tensor(np.zeros(shape, dtype=dtype), dtype=dtype, kind=kind)
+        return self.tensor(np.zeros(shape, dtype=dtype), kind=kind)
 
     def _check_dtype(self, dtype: np.dtype) -> None:
         feature = dtype_feature(dtype)
         if feature is not None and not getattr(self._state.info, feature):
             raise TypeError(f"dtype {dtype} needs the device feature '{feature}', which "
                             f"{self._state.info.name} does not support")
+        if dtype.byteorder in ("=", "|"):
+            self._dtypes_ok.add(dtype)
 
     def _upload(self, tensor: Tensor, array: np.ndarray) -> None:
         """Writes `array` into a storage tensor through a temporary staging range."""
@@ -497,12 +553,13 @@ class Manager:
             return stats
 
     def empty_cache(self) -> int:
-        """Returns unused pool blocks (and unused cached pipelines) to the device; returns
-        the bytes freed."""
+        """Returns unused pool blocks (and unused cached pipelines, and the command pools and
+        fences kept for new sequences) to the device; returns the bytes freed."""
         st = self._open()
         with st.lock:
             st.collect()
             st.drop_unused_programs()
+            st.drop_seq_cache()
             return st.pool.empty_cache()
 
     def live_objects(self) -> dict[str, int]:
@@ -512,11 +569,17 @@ class Manager:
         with st.lock:
             if st.closed:
                 counts = {name: 0 for name in _LIVE_NAMES if name != "instances"}
-                counts.update(tensors=0, algorithms=0, sequences=0)
+                counts.update(tensors=0, algorithms=0, sequences=0, cached_sequences=0)
                 return counts
             st.collect()
             counts = shim_live_counts(st.dev)
             del counts["instances"]
+            # Idle command pools and fences kept for reuse belong to no live object:
+            # report them apart (empty_cache() frees them).
+            cached = sum(len(c) for c in st.seq_cache.values())
+            counts["command_pools"] -= cached
+            counts["fences"] -= cached
+            counts["cached_sequences"] = cached
             counts["tensors"] = len(st.tensors)
             counts["algorithms"] = len(st.algorithms)
             counts["sequences"] = len(st.sequences)

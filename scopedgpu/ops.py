@@ -57,10 +57,11 @@ class Op:
     def _bind(self, seq: Sequence) -> Op:
         """Checks the op against the sequence's manager at record() time; returns the op
         whose commands the sequence records (itself, or one built for this sequence)."""
-        mgr = seq.manager
+        mgr = seq._mgr
         for obj in self._objects():
-            obj._check()
-            if obj.manager is not mgr:
+            if obj._destroyed:
+                obj._check()
+            if obj._mgr is not mgr:
                 raise ValueError(f"{type(self).__name__}: {obj!r} belongs to another manager")
         return self
 
@@ -167,8 +168,14 @@ class OpAlgoDispatch(Op):
                  workgroup: Seq[int] | None = None):
         if not isinstance(algorithm, Algorithm):
             raise TypeError(f"OpAlgoDispatch takes an Algorithm, not {type(algorithm).__name__}")
-        algorithm._check()
+        if algorithm._destroyed:
+            algorithm._check()
         self.algorithm = algorithm
+        self._objs = (algorithm, *algorithm._tensors)
+        if push_consts is None and workgroup is None:   # the common case, kept cheap
+            self._push = algorithm._push
+            self._workgroup = algorithm._workgroup
+            return
         what = f"OpAlgoDispatch({algorithm!r})"
         push = encode_push_consts(push_consts, what)
         self._push = algorithm._check_push(push, what) if push else algorithm._push
@@ -178,12 +185,12 @@ class OpAlgoDispatch(Op):
                                algorithm.manager._state.info.max_workgroup_count))
 
     def _objects(self):
-        return [self.algorithm, *self.algorithm._tensors]
+        return self._objs
 
     def _record(self, rec):
         algo = self.algorithm
         rec.use([(t._gpu, STAGE_COMPUTE, True) for t in algo._tensors])
-        handle = algo._handle
+        handle = algo._handle  # a live algorithm: eval checked _objects() first
         x, y, z = self._workgroup
         lib.sg_seq_dispatch(rec.h, handle.program.handle, handle.dset, self._push,
                             len(self._push), x, y, z)

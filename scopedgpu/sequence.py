@@ -9,7 +9,7 @@ from scopedgpu._errors import DestroyedError, check
 from scopedgpu._ffi import ffi, lib
 from scopedgpu.ops import (ACCESS_HOST_READ, ACCESS_SHADER_READ, ACCESS_SHADER_WRITE,
                            ACCESS_TRANSFER_READ, ACCESS_TRANSFER_WRITE, STAGE_COMPUTE,
-                           STAGE_HOST, STAGE_TRANSFER, Op, Use)
+                           STAGE_HOST, STAGE_TRANSFER, Op, OpAlgoDispatch, Use)
 
 if TYPE_CHECKING:
     from scopedgpu.algorithm import Algorithm
@@ -25,18 +25,24 @@ _ACCESS = {STAGE_COMPUTE: (ACCESS_SHADER_READ, ACCESS_SHADER_WRITE),
 # Spin this long on the fence before blocking: a short dispatch completes within it.
 SPIN_NS = 200_000
 TIMESTAMP_QUERIES = 64
+_SG_TIMEOUT = lib.SG_TIMEOUT
+_EMPTY: frozenset = frozenset()
 
 
 class _SeqHandle(Handle):
-    __slots__ = ("seq", "owned")
+    __slots__ = ("seq", "owned", "queue", "nqueries", "sig")
 
-    def __init__(self, seq: Any):
+    def __init__(self, seq: Any, queue: int, nqueries: int, sig: tuple | None = None):
         self.seq = seq
         self.owned: list[Algorithm] = []
+        self.queue = queue
+        self.nqueries = nqueries
+        self.sig = sig    # signature of the commands recorded in seq (None: unknown)
 
     def release(self, state: _State, closing: bool) -> None:
-        # sg_seq_destroy waits for the fence of a submission still pending.
-        lib.sg_seq_destroy(self.seq)
+        if closing or self.nqueries or not state.recycle_seq(self.seq, self.queue, self.sig):
+            # sg_seq_destroy waits for the fence of a submission still pending.
+            lib.sg_seq_destroy(self.seq)
         self.seq = None
         for algo in self.owned:
             h = algo._mark_destroyed()
@@ -53,8 +59,10 @@ class _Recorder:
 
     def __init__(self, h: Any):
         self.h = h
-        self.written: set[tuple[int, int]] = set()
-        self.read: set[tuple[int, int]] = set()
+        # Allocations accessed since the last barrier. An Allocation object stands for
+        # its range: two live tensors never share one.
+        self.written: set[Any] = set()
+        self.read: set[Any] = set()
         self.src_stages = 0
         self.src_access = 0
 
@@ -62,9 +70,10 @@ class _Recorder:
         dst_stages = 0
         dst_access = 0
         hazard = False
+        written = self.written
+        read = self.read
         for a, stage, write in uses:
-            key = (a.block.id, a.offset)
-            if key in self.written or (write and key in self.read):
+            if a in written or (write and a in read):
                 hazard = True
             if stage != STAGE_HOST:
                 dst_stages |= stage
@@ -75,13 +84,12 @@ class _Recorder:
         for a, stage, write in uses:
             if stage == STAGE_HOST:
                 continue
-            key = (a.block.id, a.offset)
             self.src_stages |= stage
             if write:
-                self.written.add(key)
+                written.add(a)
                 self.src_access |= _ACCESS[stage][1]
             else:
-                self.read.add(key)
+                read.add(a)
 
     def barrier(self, dst_stages: int, dst_access: int) -> None:
         if self.src_stages:
@@ -115,21 +123,44 @@ class Sequence(Child):
         self._queue = queue
         self._want_timestamps = timestamps
         self._nqueries = TIMESTAMP_QUERIES if timestamps else 0
-        out = ffi.new("sg_seq **")
         with state.lock:
             state.check_open()
-            state.collect()
-            check(lib.sg_seq_create(state.dev, queue, self._nqueries, out),
-                  f"creating sequence {name!r} on queue {queue}")
-            super().__init__(manager, _SeqHandle(out[0]))
+            if state.garbage or state.running:
+                state.collect()
+            # A command pool, command buffer and fence of a destroyed anonymous sequence
+            # are reused when there is one (Manager.empty_cache() frees them).
+            cache = state.seq_cache.get(queue) if not timestamps else None
+            sig = None
+            if cache:
+                h, sig = cache.pop()
+            else:
+                out = ffi.new("sg_seq **")
+                rc = lib.sg_seq_create(state.dev, queue, self._nqueries, out)
+                if rc:
+                    check(rc, f"creating sequence {name!r} on queue {queue}")
+                h = out[0]
+            super().__init__(manager, _SeqHandle(h, queue, self._nqueries, sig))
             state.sequences.add(self)
-        self._h = out[0]
+        self._state = state
+        self._h = h
         self._ops: list[tuple[Op, Op]] = []      # (op as recorded by the user, op recorded)
         self._dirty = True
         self._running = False
-        self._submitted: tuple[Op, ...] = ()
+        self._submitted: tuple[Op, ...] = ()     # ops whose _post runs at completion
         self._inflight: frozenset[Handle] = frozenset()
         self._timestamps: list[int] | None = None
+        # What eval needs, gathered at record time so that re-evaluation does no more
+        # Python work than it must (see _note_recorded).
+        self._objs: list[Any] = []               # must be alive at eval
+        self._pre_ops: list[Op] = []
+        self._post_ops: list[Op] = []
+        self._host_written: set[Handle] = set()
+        self._rec_inflight: frozenset[Handle] = _EMPTY   # handles of _objs, made at record
+        # Signature of the recorded ops when they are all plain dispatches: an anonymous
+        # sequence that reuses a command buffer already holding exactly these commands
+        # (same live algorithms, push constants, workgroups) need not record it again.
+        # None: not cacheable.
+        self._sig: tuple | None = None if timestamps else ()
 
     # -- properties -----------------------------------------------------------------
     @property
@@ -166,16 +197,39 @@ class Sequence(Child):
     # -- recording --------------------------------------------------------------------
     def record(self, op: Op) -> Sequence:
         """Appends an operation; returns the sequence for chaining."""
-        self._check()
+        if self._destroyed:
+            self._check()
         if not isinstance(op, Op):
             raise TypeError(f"{self!r}.record() takes an operation (Op...), not "
                             f"{type(op).__name__}")
-        with self._mgr._state.lock:
-            self._mgr._state.check_open()
+        state = self._state
+        with state.lock:
+            if state.closed:
+                state.check_open()
             recorded = op._bind(self)
             self._ops.append((op, recorded))
+            self._note_recorded(recorded)
             self._dirty = True
         return self
+
+    def _note_recorded(self, op: Op) -> None:
+        if self._sig is not None:
+            if type(op) is OpAlgoDispatch:
+                # Algorithm ids are never reused; a live algorithm's pipeline and
+                # descriptor set never change.
+                self._sig += ((op.algorithm._id, op._push, op._workgroup),)
+            else:
+                self._sig = None
+        objs = list(op._objects())
+        self._objs.extend(objs)
+        cls = type(op)
+        if cls._pre is not Op._pre:
+            self._pre_ops.append(op)
+        if cls._post is not Op._post:
+            self._post_ops.append(op)
+        written = op._host_written()
+        if written:
+            self._host_written.update(t._handle for t in written)
 
     def clear(self) -> None:
         """Forgets the recorded operations (waiting for a running submission first) and
@@ -185,6 +239,11 @@ class Sequence(Child):
         state = self._mgr._state
         with state.lock:
             self._ops.clear()
+            self._objs.clear()
+            self._pre_ops.clear()
+            self._post_ops.clear()
+            self._host_written.clear()
+            self._sig = None if self._want_timestamps else ()
             self._dirty = True
             owned = self._handle.owned  # type: ignore[attr-defined]
             for algo in owned:
@@ -208,46 +267,57 @@ class Sequence(Child):
     def eval_async(self, op: Op | None = None) -> Sequence:
         """Submits and returns at once; eval_await() waits. A sequence still running from
         an earlier submission is waited for first."""
-        self._check()
+        if self._destroyed:
+            self._check()
         if op is not None:
             self.clear()
             self.record(op)
-        self._wait(None)
-        state = self._mgr._state
+        if self._running:
+            self._wait(None)
+        state = self._state
         with state.lock:
-            state.check_open()
-            self._check()
-            state.collect()
-            objects = []
-            for user_op, op_ in self._ops:
-                for obj in op_._objects():
-                    if obj._destroyed:
-                        raise DestroyedError(
-                            f"{self!r} refers to {obj!r}, which was destroyed; nothing was "
-                            f"submitted. Record the sequence again with live objects "
-                            f"(clear() and record()).")
-                    objects.append(obj)
+            if state.closed:
+                state.check_open()
+            if self._destroyed:
+                self._check()
+            if state.garbage or state.running:
+                state.collect()
+            for obj in self._objs:
+                if obj._destroyed:
+                    raise DestroyedError(
+                        f"{self!r} refers to {obj!r}, which was destroyed; nothing was "
+                        f"submitted. Record the sequence again with live objects "
+                        f"(clear() and record()).")
             if not self._ops:
                 return self
             # Host writes below must not race GPU work of other running sequences that
             # use the same memory: wait for those first.
-            written = {t._handle for _, op_ in self._ops for t in op_._host_written()}
-            if written:
+            written = self._host_written
+            if written and state.running:
                 for other in list(state.running):
-                    if other is not self and other._inflight & written:
+                    if other is not self and not other._inflight.isdisjoint(written):
                         other._wait_locked()
             if self._dirty:
-                self._record_commands()
-            submitted = tuple(op_ for _, op_ in self._ops)
-            for op_ in submitted:
+                sig = self._sig
+                if sig and sig == self._handle.sig:  # type: ignore[attr-defined]
+                    # The command buffer already holds exactly these commands.
+                    self._rec_inflight = frozenset(o._handle for o in self._objs)
+                    self._dirty = False
+                else:
+                    self._record_commands()
+            for op_ in self._pre_ops:
                 op_._pre()
-            check(lib.sg_seq_submit(self._h), f"submitting {self!r}")
-            self._submitted = submitted
-            self._inflight = frozenset(obj._handle for obj in objects)
+            rc = lib.sg_seq_submit(self._h)
+            if rc:
+                check(rc, f"submitting {self!r}")
+            self._submitted = tuple(self._post_ops) if self._post_ops else ()
+            self._inflight = self._rec_inflight
             self._running = True
-            self._timestamps = None
+            if self._want_timestamps:
+                self._timestamps = None
             state.running.add(self)
-            state.check_validation(f"evaluating {self!r}")
+            if state.debug:
+                state.check_validation(f"evaluating {self!r}")
         return self
 
     def eval_await(self, timeout: float | None = None) -> bool:
@@ -263,14 +333,16 @@ class Sequence(Child):
         if not self._running:
             return True
         ns = 2**64 - 1 if timeout is None else min(int(timeout * 1e9), 2**64 - 2)
-        rc = lib.sg_seq_wait(self._h, ns, min(SPIN_NS, ns))  # GIL released while waiting
-        if rc == lib.SG_TIMEOUT:
+        rc = lib.sg_seq_wait(self._h, ns, SPIN_NS if SPIN_NS < ns else ns)  # GIL released
+        if rc == _SG_TIMEOUT:
             return False
-        state = self._mgr._state
+        state = self._state
         with state.lock:
             self._finish()
-            check(rc, f"waiting for {self!r}")
-            state.check_validation(f"waiting for {self!r}")
+            if rc:
+                check(rc, f"waiting for {self!r}")
+            if state.debug:
+                state.check_validation(f"waiting for {self!r}")
         return True
 
     def _wait_locked(self) -> None:
@@ -285,12 +357,12 @@ class Sequence(Child):
         if not self._running:
             return
         self._running = False
-        state = self._mgr._state
+        state = self._state
         try:
             for op_ in self._submitted:
                 op_._post()
             if self._want_timestamps:
-                n = len(self._submitted) + 1
+                n = len(self._ops) + 1
                 buf = ffi.new("uint64_t[]", n)
                 check(lib.sg_seq_timestamps(self._h, n, buf), f"reading timestamps of {self!r}")
                 period = state.info.timestamp_period
@@ -298,15 +370,19 @@ class Sequence(Child):
         finally:
             self._submitted = ()
             state.running.discard(self)
-            self._inflight = frozenset()
-            state.completed(self)
+            self._inflight = _EMPTY
+            if state.deferred:
+                state.completed(self)
 
     def _record_commands(self) -> None:
         n = len(self._ops)
         if self._want_timestamps and n + 1 > self._nqueries:
             self._grow_queries(n + 1)
         h = self._h
-        check(lib.sg_seq_begin(h), f"recording {self!r}")
+        self._handle.sig = None  # type: ignore[attr-defined]
+        rc = lib.sg_seq_begin(h)
+        if rc:
+            check(rc, f"recording {self!r}")
         rec = _Recorder(h)
         # Work from earlier submissions on this queue touches the same memory: order it.
         lib.sg_seq_barrier(h, _GPU_STAGES, _ALL_WRITES, _GPU_STAGES, _ALL_GPU)
@@ -319,7 +395,11 @@ class Sequence(Child):
                 lib.sg_seq_timestamp(h, i + 1)
         # Make device writes visible to the host reads that follow the fence.
         lib.sg_seq_barrier(h, _GPU_STAGES, _ALL_WRITES, STAGE_HOST, ACCESS_HOST_READ)
-        check(lib.sg_seq_end(h), f"recording {self!r}")
+        rc = lib.sg_seq_end(h)
+        if rc:
+            check(rc, f"recording {self!r}")
+        self._rec_inflight = frozenset(o._handle for o in self._objs)
+        self._handle.sig = self._sig  # type: ignore[attr-defined]
         self._dirty = False
 
     def _grow_queries(self, need: int) -> None:
@@ -331,6 +411,7 @@ class Sequence(Child):
         lib.sg_seq_destroy(self._h)
         self._h = out[0]
         self._handle.seq = out[0]  # type: ignore[attr-defined]
+        self._handle.nqueries = n  # type: ignore[attr-defined]
         self._nqueries = n
 
     def timestamps(self) -> list[int]:
@@ -351,12 +432,13 @@ class Sequence(Child):
         if self._destroyed:
             return
         try:
-            self._wait(None)
+            if self._running:
+                self._wait(None)
         finally:
             super().destroy()
 
     def _forget(self) -> None:
-        state = self._mgr._state
+        state = self._state
         state.sequences.discard(self)
         if self._name is not None and state.named.get(self._name) is self:
             del state.named[self._name]

@@ -1,6 +1,7 @@
 """Tensors: ranges of the manager's memory pool, with a host copy in a numpy array."""
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -8,6 +9,7 @@ import numpy as np
 from scopedgpu._base import Child, Handle
 from scopedgpu._errors import ScopedGPUError
 from scopedgpu._ffi import ffi
+from scopedgpu._pool import SMALL_LIMIT
 
 if TYPE_CHECKING:
     from scopedgpu._pool import Allocation
@@ -39,22 +41,70 @@ def dtype_feature(dtype: np.dtype) -> str | None:
     return _DTYPE_FEATURE[dt]
 
 
+PARALLEL_COPY_MIN = 16 << 20     # host copies this large are split over threads
+_copier = None
+
+
+def _copy(dst: Any, src: Any, nbytes: int) -> None:
+    """memcpy between a numpy array's memory and mapped memory (cffi pointers). Large
+    copies are split over a few threads: numpy releases the GIL while it copies, and one
+    core rarely saturates memory bandwidth. Used only where no host-memory import (DMA
+    straight from data()) is possible."""
+    global _copier
+    workers = min(8, (os.cpu_count() or 1) // 2)
+    if nbytes < PARALLEL_COPY_MIN or workers < 2:
+        ffi.memmove(dst, src, nbytes)
+        return
+    if _copier is None:
+        from concurrent.futures import ThreadPoolExecutor
+        _copier = ThreadPoolExecutor(workers, thread_name_prefix="scopedgpu-copy")
+    d = np.frombuffer(ffi.buffer(dst, nbytes), dtype=np.uint8)
+    s = np.frombuffer(ffi.buffer(src, nbytes), dtype=np.uint8)
+    step = -(-nbytes // (2 * workers)) // 4096 * 4096 or nbytes
+    parts = [(i, min(i + step, nbytes)) for i in range(0, nbytes, step)]
+    for f in [_copier.submit(np.copyto, d[a:b], s[a:b]) for a, b in parts]:
+        f.result()
+
+
+def aligned_empty(shape: tuple[int, ...], dtype: np.dtype, align: int) -> np.ndarray:
+    """An uninitialised C-order array whose data starts on an `align` boundary and whose
+    buffer extends to the next boundary after its end (what a host-memory import needs)."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    size = (nbytes + align - 1) // align * align
+    raw = np.empty(size + align, dtype=np.uint8)
+    off = (-raw.ctypes.data) % align
+    return raw[off:off + nbytes].view(dtype).reshape(shape)
+
+
 class _TensorHandle(Handle):
     """The pool ranges of one tensor: `gpu` (what shaders bind) and `stage` (the
-    host-visible staging range of a device tensor)."""
-    __slots__ = ("gpu", "stage")
+    host-visible staging range of a device tensor, or its imported host copy, in which case
+    `host` keeps that host memory alive until the import is released)."""
+    __slots__ = ("gpu", "stage", "host")
 
     def __init__(self) -> None:
         self.gpu: Allocation | None = None
         self.stage: Allocation | None = None
+        self.host: np.ndarray | None = None
 
     def release(self, state: _State, closing: bool) -> None:
         if closing:
-            return  # the pool is destroyed whole
-        for a in (self.gpu, self.stage):
-            if a is not None:
-                state.pool.free(a)
+            return  # the pool is destroyed whole, imports included
+        pool = state.pool
+        if self.host is None and self.gpu is not None and self.stage is not None:
+            pool.free_pair(self.gpu, self.stage)
+            self.gpu = self.stage = None
+            return
+        if self.gpu is not None:
+            pool.free(self.gpu)
+        if self.stage is not None:
+            if self.host is not None:
+                pool.unimport(self.stage)   # the device no longer refers to the memory...
+            else:
+                pool.free(self.stage)
         self.gpu = self.stage = None
+        self.host = None                    # ...so numpy may free it with its last view
 
 
 class Tensor(Child):
@@ -68,6 +118,12 @@ class Tensor(Child):
     The tensor's memory returns to the pool on destroy(), when the manager closes, or when
     the object becomes unreachable; never while submitted GPU work may still use it.
     The array `data()` returns is ordinary numpy memory and outlives the tensor.
+
+    Large device tensors (4 MiB and up) on devices with VK_EXT_external_memory_host have
+    their host copy imported: OpTensorSyncDevice / OpTensorSyncLocal then copy between
+    data() and device memory by DMA while the sequence runs, not at submit and at
+    completion; so do not write data() between eval_async() and eval_await() of a
+    sequence that syncs the tensor (eval() is unaffected).
     """
     _what = "tensor"
 
@@ -77,15 +133,32 @@ class Tensor(Child):
         self._shape = array.shape
         self._dtype = array.dtype
         self._kind = kind
-        self._nbytes = int(array.nbytes)
+        self._nbytes = nbytes = array.nbytes
         self._host: np.ndarray | None = None if kind == "storage" else array
         with state.lock:
-            state.collect()
+            if state.garbage or state.running:
+                state.collect()
             pool = state.pool
-            handle.gpu = pool.alloc(self._nbytes, "host" if kind == "host" else "device")
+            if kind == "device" and nbytes <= SMALL_LIMIT:
+                # The common small case: device range and staging range in one call.
+                handle.gpu, handle.stage = pool.alloc_pair(nbytes)
+            else:
+                handle.gpu = pool.alloc(nbytes, "host" if kind == "host" else "device")
             try:
-                if kind == "device":
-                    handle.stage = pool.alloc(self._nbytes, "host")
+                if kind == "device" and handle.stage is None:
+                    if pool.import_align and pool.can_import(self._nbytes):
+                        # The host copy itself becomes the staging memory: no memcpy in
+                        # the sync ops, one DMA each way.
+                        if array.ctypes.data % pool.import_align:
+                            aligned = aligned_empty(array.shape, array.dtype,
+                                                    pool.import_align)
+                            np.copyto(aligned, array)
+                            array = self._host = aligned
+                        handle.stage = pool.import_host(array.ctypes.data, self._nbytes)
+                        if handle.stage is not None:
+                            handle.host = array
+                    if handle.stage is None:
+                        handle.stage = pool.alloc(self._nbytes, "host")
             except BaseException:
                 pool.free(handle.gpu)
                 raise
@@ -93,9 +166,10 @@ class Tensor(Child):
             state.tensors.add(self)
         self._gpu = handle.gpu
         self._stage = handle.stage
+        # Zero-copy: the sync ops' DMA reads and writes data() itself.
+        self._zero_copy = handle.host is not None
         # Host-visible range the sync ops copy through: staging, or the tensor itself.
         self._mapped = handle.stage if kind == "device" else (handle.gpu if kind == "host" else None)
-        self._mapped_ptr = ffi.cast("void *", self._mapped.address) if self._mapped else None
         if kind == "host":
             self._to_mapped()
         elif kind == "storage":
@@ -166,14 +240,37 @@ class Tensor(Child):
 
     # -- used by the ops -------------------------------------------------------------
     def _to_mapped(self) -> None:
+        if self._zero_copy:
+            return
         host = self._host
-        assert host is not None and self._mapped_ptr is not None
-        ffi.memmove(self._mapped_ptr, ffi.from_buffer(host), self._nbytes)
+        assert host is not None and self._mapped is not None
+        _copy(ffi.cast("void *", self._mapped.address), ffi.from_buffer(host), self._nbytes)
 
     def _from_mapped(self) -> None:
+        if self._zero_copy:
+            return
         host = self._host
-        assert host is not None and self._mapped_ptr is not None
-        ffi.memmove(ffi.from_buffer(host), self._mapped_ptr, self._nbytes)
+        assert host is not None and self._mapped is not None
+        _copy(ffi.from_buffer(host), ffi.cast("void *", self._mapped.address), self._nbytes)
 
     def _forget(self) -> None:
         self._mgr._state.tensors.discard(self)
+
+    def destroy(self) -> None:
+        """Returns the tensor's memory to the pool (after the GPU work that uses it).
+        Idempotent. data() arrays stay valid."""
+        # Child.destroy, inlined: tensors are made and destroyed by the 100,000.
+        state = self._mgr._state
+        with state.lock:
+            if self._destroyed:
+                return
+            self._destroyed = True
+            handle = state.handles.pop(self._ref, None)
+            state.tensors.discard(self)
+            if handle is not None:
+                if state.running:
+                    state.release(handle)
+                else:
+                    handle.release(state, False)
+            if state.debug:
+                state.check_validation(f"destroying {self!r}")
