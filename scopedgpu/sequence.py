@@ -238,11 +238,7 @@ class Sequence(Child):
         self._wait(None)
         state = self._mgr._state
         with state.lock:
-            self._ops.clear()
-            self._objs.clear()
-            self._pre_ops.clear()
-            self._post_ops.clear()
-            self._host_written.clear()
+            self._drop_ops()
             self._sig = None if self._want_timestamps else ()
             self._dirty = True
             owned = self._handle.owned  # type: ignore[attr-defined]
@@ -445,7 +441,16 @@ class Sequence(Child):
         self._h = None
         # A destroyed sequence must not keep its ops' tensors and algorithms alive: the
         # `seq` name of a finished `with mgr.sequence() as seq:` block outlives the block.
-        self._ops = []
+        self._drop_ops()
+
+    def _drop_ops(self) -> None:
+        """Forgets the recorded ops and everything gathered from them at record time."""
+        self._ops.clear()
+        self._objs.clear()
+        self._pre_ops.clear()
+        self._post_ops.clear()
+        self._host_written.clear()
+        self._rec_inflight = _EMPTY
 
     def __exit__(self, *exc: object) -> None:
         if self._name is None:
