@@ -21,6 +21,16 @@ settings.register_profile("long", max_examples=2000, deadline=None,
                           suppress_health_check=[HealthCheck.function_scoped_fixture])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "default"))
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def source_env(**extra: str) -> dict[str, str]:
+    """The environment for a child Python process that must import this checkout's
+    scopedgpu even where it is built in place rather than installed."""
+    path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
+    return dict(os.environ, PYTHONPATH=path, **extra)
+
+
 DEBUG = os.environ.get("SCOPEDGPU_DEBUG", "") not in ("", "0")
 
 

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import source_env
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ["README.md", "docs/guide.md", "docs/testing.md", "docs/migrating-from-kompute.md",
         "docs/troubleshooting.md"]
@@ -37,6 +39,6 @@ BLOCKS = [(doc, i, code) for doc in DOCS
                          ids=[f"{d}#{i}" for d, i, _ in BLOCKS])
 def test_doc_code_runs(doc, index, code):
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=300, cwd=ROOT)
+                         timeout=300, cwd=ROOT, env=source_env())
     assert res.returncode == 0, f"{doc} block {index} failed:\n{code}\n{res.stderr}"
     assert "Traceback" not in res.stderr

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import source_env
+
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 CASES = {
@@ -25,7 +27,7 @@ def test_every_example_is_tested():
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_example(name):
     res = subprocess.run([sys.executable, str(EXAMPLES / name), *CASES[name]],
-                         capture_output=True, text=True, timeout=300)
+                         capture_output=True, text=True, timeout=300, env=source_env())
     out = res.stdout + res.stderr
     assert res.returncode == 0, out
     assert "result matches numpy: OK" in res.stdout, out

@@ -2,11 +2,12 @@
 hang, nothing on stderr."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+
+from tests.conftest import source_env
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -33,8 +34,7 @@ SCRIPT = textwrap.dedent('''
 
 
 def test_exit_with_live_objects_and_running_work():
-    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
-    env = dict(os.environ, PYTHONPATH=path)
+    env = source_env()
     res = subprocess.run([sys.executable, "-c", SCRIPT], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
@@ -46,8 +46,7 @@ def test_import_works_without_vulkan_and_first_call_says_what_to_install():
     code = ("import scopedgpu as sg\n"
             "try:\n    sg.devices()\nexcept sg.NoDeviceError as e:\n    print('NoDeviceError:', e)\n"
             "try:\n    sg.Manager()\nexcept sg.NoDeviceError as e:\n    print('NoDeviceError:', e)\n")
-    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
-    env = dict(os.environ, PYTHONPATH=path, SCOPEDGPU_VULKAN_LIBRARY="/nonexistent/libvulkan.so.1")
+    env = source_env(SCOPEDGPU_VULKAN_LIBRARY="/nonexistent/libvulkan.so.1")
     res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
                          text=True, timeout=60)
     assert res.returncode == 0, res.stderr

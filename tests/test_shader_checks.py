@@ -2,6 +2,7 @@
 type, and compiler errors that name the line."""
 from __future__ import annotations
 
+import shutil
 import warnings
 
 import numpy as np
@@ -71,6 +72,8 @@ void main() { a[gl_GlobalInvocationID.x] += 1u; }
         mgr.algorithm([t], spirv, workgroup=(4, 1, 1)).destroy()
 
 
+@pytest.mark.skipif(shutil.which("glslc") is None and shutil.which("glslangValidator") is None,
+                    reason="no GLSL compiler installed (compile errors need one)")
 def test_compile_error_names_the_line():
     src = "#version 450\nlayout(local_size_x = 1) in;\nvoid main() {\n  undefined_thing = 1;\n}\n"
     with pytest.raises(sg.ShaderError) as exc:

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 import scopedgpu as sg
 from scopedgpu.testing import (ALL_DTYPES, LeakError, arrays, dtypes, no_leaks, shapes,
                                supported_dtypes, tensors)
+from tests.conftest import source_env
 
 pytest_plugins = ["pytester"]
 
@@ -84,7 +85,8 @@ def test_arrays_are_finite_normal_and_nonempty(a, s, d):
     assert d in supported_dtypes(None)
 
 
-def test_fixture_passes_a_clean_test_and_fails_a_leaky_one(pytester):
+def test_fixture_passes_a_clean_test_and_fails_a_leaky_one(pytester, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", source_env()["PYTHONPATH"])
     pytester.makeconftest('pytest_plugins = ["scopedgpu.testing"]\n')
     pytester.makepyfile("""
         import numpy as np
