@@ -574,12 +574,10 @@ class Manager:
             st.collect()
             counts = shim_live_counts(st.dev)
             del counts["instances"]
-            # Idle command pools and fences kept for reuse belong to no live object:
-            # report them apart (empty_cache() frees them).
-            cached = sum(len(c) for c in st.seq_cache.values())
-            counts["command_pools"] -= cached
-            counts["fences"] -= cached
-            counts["cached_sequences"] = cached
+            # command_pools and fences are what the shim holds, including the idle ones
+            # kept for reuse by new anonymous sequences: cached_sequences says how many
+            # of them are idle (empty_cache() frees them, like cached memory blocks).
+            counts["cached_sequences"] = sum(len(c) for c in st.seq_cache.values())
             counts["tensors"] = len(st.tensors)
             counts["algorithms"] = len(st.algorithms)
             counts["sequences"] = len(st.sequences)
