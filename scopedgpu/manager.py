@@ -5,6 +5,7 @@ import collections
 import logging
 import os
 import threading
+import time
 import weakref
 from collections import OrderedDict
 from typing import Any, Iterable, Sequence as Seq
@@ -78,6 +79,9 @@ class _State:
         self.garbage: collections.deque[Handle] = collections.deque()
         # [sequences still running, handle] releases waiting for fences
         self.deferred: list[tuple[set[Sequence], Handle]] = []
+        # Sequence handles destroyed while another thread waits on their fence; the last
+        # waiter frees them.
+        self.doomed: set[Handle] = set()
         self.programs: dict[tuple, _Program] = {}
         self.unused_programs: OrderedDict[tuple, _Program] = OrderedDict()
         self.reflections: OrderedDict[bytes, ShaderInfo] = OrderedDict()
@@ -227,6 +231,14 @@ def _shutdown(state: _State) -> None:
                         h.release(state, True)
                 group.clear()
             state.named.clear()
+            # Threads still inside a fence wait on a destroyed sequence return at once (the
+            # device is idle) and free it; the device must outlive that.
+            while state.doomed:
+                state.lock.release()
+                try:
+                    time.sleep(0.001)
+                finally:
+                    state.lock.acquire()
             for prog in list(state.programs.values()):
                 lib.sg_program_destroy(prog.handle)
             state.programs.clear()

@@ -28,22 +28,33 @@ TIMESTAMP_QUERIES = 64
 
 
 class _SeqHandle(Handle):
-    __slots__ = ("seq", "owned")
+    __slots__ = ("seq", "owned", "waiters")
 
     def __init__(self, seq: Any):
         self.seq = seq
         self.owned: list[Algorithm] = []
+        self.waiters = 0   # threads inside sg_seq_wait on `seq` (counted under the lock)
 
     def release(self, state: _State, closing: bool) -> None:
-        # sg_seq_destroy waits for the fence of a submission still pending.
-        lib.sg_seq_destroy(self.seq)
-        self.seq = None
+        # Another thread may be inside sg_seq_wait on this sequence (it waits without the
+        # lock): freeing the fence under it is a use after free. The last waiter destroys
+        # it instead (close() waits for that before destroying the device).
+        if self.waiters:
+            state.doomed.add(self)
+        else:
+            self.destroy_now(state)
         for algo in self.owned:
             h = algo._mark_destroyed()
             algo._forget()
             if h is not None:
                 state.release(h)
         self.owned.clear()
+
+    def destroy_now(self, state: _State) -> None:
+        state.doomed.discard(self)
+        # sg_seq_destroy waits for the fence of a submission still pending.
+        lib.sg_seq_destroy(self.seq)
+        self.seq = None
 
 
 class _Recorder:
@@ -262,10 +273,22 @@ class Sequence(Child):
         if not self._running:
             return True
         ns = 2**64 - 1 if timeout is None else min(int(timeout * 1e9), 2**64 - 2)
-        rc = lib.sg_seq_wait(self._h, ns, min(SPIN_NS, ns))  # GIL released while waiting
+        state = self._mgr._state
+        handle: _SeqHandle = self._handle  # type: ignore[assignment]
+        with state.lock:
+            h = handle.seq
+            if not self._running or h is None:
+                return True  # completed, or destroyed/closed meanwhile (after its work)
+            handle.waiters += 1
+        try:
+            rc = lib.sg_seq_wait(h, ns, min(SPIN_NS, ns))  # GIL and lock released
+        finally:
+            with state.lock:
+                handle.waiters -= 1
+                if handle.waiters == 0 and handle in state.doomed:
+                    handle.destroy_now(state)
         if rc == lib.SG_TIMEOUT:
             return False
-        state = self._mgr._state
         with state.lock:
             self._finish()
             check(rc, f"waiting for {self!r}")
