@@ -17,7 +17,7 @@ GLSL_TYPE = {np.dtype(np.float32): "float", np.dtype(np.int32): "int",
              np.dtype(np.uint32): "uint"}
 
 # A shader that keeps lavapipe busy for a while: its cost grows with the number of
-# workgroups (about 0.15 s per 64 groups of 64 invocations on a 2-core machine). Each
+# workgroups (with a[1] = 1e6, about 0.2 s per 128 groups of 64 invocations on 2 CPU cores). Each
 # invocation loops a[1] times over an integer hash the compiler cannot fold away.
 SLOW = """#version 450
 layout(local_size_x = 64) in;

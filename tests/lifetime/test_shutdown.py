@@ -44,7 +44,7 @@ SCRIPTS = {
     """,
     "sequences_still_running": """
         m = sg.Manager()
-        t = m.tensor(np.array([0, 1000, 0, 0], np.uint32))
+        t = m.tensor(np.array([0, 1_000_000, 0, 0], np.uint32))
         algo = m.algorithm([t], slow_spirv(), workgroup=(128, 1, 1))
         named = m.sequence("slow").record(sg.OpTensorSyncDevice([t]))
         named.record(sg.OpAlgoDispatch(algo)).record(sg.OpTensorSyncLocal([t]))
@@ -56,7 +56,7 @@ SCRIPTS = {
     """,
     "running_and_destroyed_tensor": """
         m = sg.Manager()
-        t = m.tensor(np.array([0, 1000, 0, 0], np.uint32))
+        t = m.tensor(np.array([0, 1_000_000, 0, 0], np.uint32))
         algo = m.algorithm([t], slow_spirv(), workgroup=(128, 1, 1))
         seq = m.sequence().record(sg.OpTensorSyncDevice([t])).record(sg.OpAlgoDispatch(algo))
         seq.eval_async()
@@ -84,7 +84,7 @@ SCRIPTS = {
     "two_managers": """
         m1 = sg.Manager()
         m2 = sg.Manager()
-        t1 = m1.tensor(np.array([0, 1000, 0, 0], np.uint32))
+        t1 = m1.tensor(np.array([0, 1_000_000, 0, 0], np.uint32))
         t2 = m2.tensor(np.arange(8, dtype=np.float32))
         algo = m1.algorithm([t1], slow_spirv(), workgroup=(64, 1, 1))
         m1.sequence("a").record(sg.OpTensorSyncDevice([t1])).record(sg.OpAlgoDispatch(algo)).eval_async()
@@ -102,7 +102,7 @@ SCRIPTS = {
     """,
     "exit_from_sys_exit_with_running_work": """
         m = sg.Manager()
-        t = m.tensor(np.array([0, 1000, 0, 0], np.uint32))
+        t = m.tensor(np.array([0, 1_000_000, 0, 0], np.uint32))
         algo = m.algorithm([t], slow_spirv(), workgroup=(128, 1, 1))
         m.sequence().record(sg.OpAlgoDispatch(algo)).eval_async()
         sys.exit(0)
@@ -112,7 +112,7 @@ SCRIPTS = {
         # thread was inside sg_seq_wait on it.
         import threading
         m = sg.Manager()
-        t = m.tensor(np.array([0, 1000, 0, 0], np.uint32))
+        t = m.tensor(np.array([0, 1_000_000, 0, 0], np.uint32))
         algo = m.algorithm([t], slow_spirv(), workgroup=(4, 1, 1))
         started = threading.Event()
         def worker():
