@@ -533,8 +533,12 @@ class Manager:
         """Waits until the device has finished all submitted work, and completes every
         running sequence."""
         st = self._open()
-        rc = lib.sg_device_wait_idle(st.dev)
         with st.lock:
+            st.check_open()
+            # Under the lock: vkDeviceWaitIdle needs "host access to all VkQueue objects
+            # created from device" externally synchronized, and a sequence submitted by
+            # another thread after the wait must not be marked complete below.
+            rc = lib.sg_device_wait_idle(st.dev)
             check(rc, "waiting for the device to be idle")
             st.collect()
             for seq in list(st.running):
