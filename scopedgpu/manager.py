@@ -245,12 +245,13 @@ def _shutdown(state: _State) -> None:
             state.unused_programs.clear()
             if state.pool is not None:
                 state.pool.destroy()
+            lib.sg_device_destroy(state.dev)
+            state.dev = None
+            # After vkDestroyDevice: the layer reports objects the device still had then.
             try:
                 state.check_validation("closing the manager")
             except ValidationError as exc:
                 log.error("%s", exc)
-            lib.sg_device_destroy(state.dev)
-            state.dev = None
         if state.inst is not None:
             lib.sg_instance_destroy(state.inst)
             state.inst = None
