@@ -395,35 +395,38 @@ class Manager:
     def _upload(self, tensor: Tensor, array: np.ndarray) -> None:
         """Writes `array` into a storage tensor through a temporary staging range."""
         st = self._state
+        # All under the lock, the wait included: the staging range and the one-off sequence
+        # are not tracked by close(), which must not destroy the device under them.
         with st.lock:
+            st.check_open()
             stage = st.pool.alloc(array.nbytes, "host")
-        try:
-            ffi.memmove(ffi.cast("void *", stage.address), ffi.from_buffer(array), array.nbytes)
-            self._oneoff(lambda h: lib.sg_seq_copy(h, stage.block.handle, stage.offset,
-                                                   tensor._gpu.block.handle, tensor._gpu.offset,
-                                                   array.nbytes), f"uploading {tensor!r}")
-        finally:
-            with st.lock:
+            try:
+                ffi.memmove(ffi.cast("void *", stage.address), ffi.from_buffer(array),
+                            array.nbytes)
+                self._oneoff(lambda h: lib.sg_seq_copy(h, stage.block.handle, stage.offset,
+                                                       tensor._gpu.block.handle,
+                                                       tensor._gpu.offset, array.nbytes),
+                             f"uploading {tensor!r}")
+            finally:
                 st.pool.free(stage)
 
     def _oneoff(self, record: Any, what: str) -> None:
+        """Records, submits and waits for a one-off command buffer. The caller holds the
+        lock."""
         st = self._state
         out = ffi.new("sg_seq **")
-        with st.lock:
-            check(lib.sg_seq_create(st.dev, 0, 0, out), what)
+        check(lib.sg_seq_create(st.dev, 0, 0, out), what)
         h = out[0]
         try:
             check(lib.sg_seq_begin(h), what)
             record(h)
             lib.sg_seq_barrier(h, 0x1800, 0x1040, 0x1800, 0x1860)
             check(lib.sg_seq_end(h), what)
-            with st.lock:
-                check(lib.sg_seq_submit(h), what)
+            check(lib.sg_seq_submit(h), what)
             check(lib.sg_seq_wait(h, 2**64 - 1, SPIN_NS), what)
         finally:
-            with st.lock:
-                lib.sg_seq_destroy(h)
-                st.check_validation(what)
+            lib.sg_seq_destroy(h)
+            st.check_validation(what)
 
     # -- algorithms and sequences -----------------------------------------------------------
     def algorithm(self, tensors: Seq[Tensor], spirv: bytes, workgroup: Seq[int] | None = None,

@@ -80,6 +80,9 @@ class Tensor(Child):
         self._nbytes = int(array.nbytes)
         self._host: np.ndarray | None = None if kind == "storage" else array
         with state.lock:
+            # Checked under the lock: another thread may have closed the manager since
+            # Manager.tensor() checked, destroying the pool's device and its mappings.
+            state.check_open()
             state.collect()
             pool = state.pool
             handle.gpu = pool.alloc(self._nbytes, "host" if kind == "host" else "device")
@@ -91,14 +94,15 @@ class Tensor(Child):
                 raise
             super().__init__(manager, handle)
             state.tensors.add(self)
-        self._gpu = handle.gpu
-        self._stage = handle.stage
-        # Host-visible range the sync ops copy through: staging, or the tensor itself.
-        self._mapped = handle.stage if kind == "device" else (handle.gpu if kind == "host" else None)
-        self._mapped_ptr = ffi.cast("void *", self._mapped.address) if self._mapped else None
-        if kind == "host":
-            self._to_mapped()
-        elif kind == "storage":
+            self._gpu = handle.gpu
+            self._stage = handle.stage
+            # Host-visible range the sync ops copy through: staging, or the tensor itself.
+            self._mapped = handle.stage if kind == "device" else (
+                handle.gpu if kind == "host" else None)
+            self._mapped_ptr = ffi.cast("void *", self._mapped.address) if self._mapped else None
+            if kind == "host":
+                self._to_mapped()
+        if kind == "storage":
             try:
                 manager._upload(self, array)
             except BaseException:
