@@ -169,3 +169,37 @@ def test_wait_idle_while_other_threads_submit(mgr):
     for o in (algo, a, b):
         o.destroy()
     assert counts(mgr) == baseline
+
+
+@pytest.mark.parametrize("kind", ["device", "host", "storage"])
+def test_close_while_threads_create_tensors(kind):
+    """Found a segfault: Tensor() checked that the manager was open outside the lock, then
+    allocated from (and wrote into) a pool another thread's close() had destroyed; storage
+    uploads ran a one-off command buffer close() did not know about."""
+    before = sg.live_vulkan_objects()
+    for _ in range(8):
+        m = sg.Manager()
+        errors = []
+
+        def loop():
+            try:
+                while True:
+                    t = m.tensor(np.ones(4096, np.float32), kind=kind)
+                    if kind != "storage":
+                        assert t.data()[0] == 1
+                    t.destroy()
+            except sg.DestroyedError:
+                pass
+            except BaseException as exc:  # noqa: BLE001
+                errors.append(exc)
+
+        threads = [threading.Thread(target=loop) for _ in range(3)]
+        for th in threads:
+            th.start()
+        time.sleep(0.005)
+        m.close()
+        for th in threads:
+            th.join(timeout=60)
+            assert not th.is_alive()
+        assert not errors, errors
+    assert sg.live_vulkan_objects() == before
