@@ -267,9 +267,10 @@ class Manager:
     caused them. memory_limit (or SCOPEDGPU_MEMORY_LIMIT) caps the bytes of the tensor pool.
 
     close() (or the end of a `with` block, or interpreter exit) waits for all GPU work and
-    then frees everything the manager made. Most calls are thread-safe: one lock guards the
-    manager's state; fence waits happen outside it. A single Sequence should be driven by
-    one thread at a time.
+    then frees everything the manager made. Calls are thread-safe: one lock guards the
+    manager's state; sequence fence waits happen outside it (wait_idle() and storage
+    uploads wait under it). A single Sequence should be driven by one thread at a time.
+    See docs/threads.md.
     """
 
     def __init__(self, device: int | str | None = None, *, debug: bool | None = None,
