@@ -31,7 +31,7 @@ from hypothesis.stateful import (Bundle, RuleBasedStateMachine, consumes, initia
 import scopedgpu as sg
 from scopedgpu.manager import live_vulkan_objects
 
-from lt_shaders import add_one_spirv
+from lt_shaders import add_one_spirv, slow_spirv
 
 PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "default")
 EXAMPLES = {"default": 40, "ci": 300, "long": 10_000}.get(PROFILE, 40)
@@ -41,6 +41,7 @@ DTYPES = [np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.uint32)]
 KINDS = ["device", "host", "storage"]
 SIZES = [1, 33, 256, 1000]   # few sizes, so that tensors often fit together
 SPIRV = {dt: add_one_spirv(dt) for dt in DTYPES}
+SLOW = slow_spirv()
 STATS = {"examples": 0, "steps": 0, "results_checked": 0, "submits": 0,
          "released_while_running": 0, "destroyed_error": 0, "await_timeouts": 0}
 
@@ -333,7 +334,7 @@ class LifetimeMachine(RuleBasedStateMachine):
             live.append(self._fresh(m, data))
         if program == "add":
             cands = [a for a in self.als if a.m is m and a.alive and a.a.alive and a.b.alive
-                     and a.a.kind != "storage" and a.b.kind != "storage"]
+                     and a.a.kind != "storage" and a.b.kind != "storage" and a.a is not a.b]
             if not cands:
                 x = data.draw(st.sampled_from([t for t in live if t.kind != "storage"]))
                 b = self._partner(x, data)
@@ -343,6 +344,17 @@ class LifetimeMachine(RuleBasedStateMachine):
             s.seq.record(sg.OpTensorSyncDevice([a.a.t])).record(sg.OpAlgoDispatch(a.algo))
             s.seq.record(sg.OpTensorSyncLocal([a.b.t]))
             s.program = ("add", a.a, a.b, {a, a.a, a.b})
+        elif program == "slow":
+            # Keeps lavapipe busy for ~10 ms, so that short eval_await timeouts expire and
+            # objects get destroyed while it runs. Leaves its tensor unchanged.
+            n = np.array([0, 1_000_000, 0, 0], np.uint32)
+            x = MTensor(m, m.mgr.tensor(n, kind="host"), n.copy())
+            self.ts.append(x)
+            a = MAlgo(m, m.mgr.algorithm([x.t], SLOW, workgroup=(8, 1, 1)), x, x)
+            self.als.append(a)
+            s.seq.record(sg.OpTensorSyncDevice([x.t])).record(sg.OpAlgoDispatch(a.algo))
+            s.seq.record(sg.OpTensorSyncLocal([x.t]))
+            s.program = ("slow", x, x, {a, x})
         elif program == "mult":
             host = [t for t in live if t.kind != "storage"]
             if not host:
@@ -379,6 +391,8 @@ class LifetimeMachine(RuleBasedStateMachine):
             return out, x.host + x.dtype.type(1)
         if kind == "mult":
             return out, x.host * x.host
+        if kind == "slow":
+            return out, x.host.copy()
         return out, x.host.view(out.dtype).copy()
 
     def _submit(self, s: MSeq, how: str, timeout: float = 0.0):
@@ -432,6 +446,8 @@ class LifetimeMachine(RuleBasedStateMachine):
         if s.program is None and program is not None:
             self._record(s, program, data)
         self._submit(s, "eval_async")
+        if s.alive and data.draw(st.booleans(), label="await at once"):
+            self.eval_await(s, data.draw(st.sampled_from([0.0, 0.0005, 0.005]), label="t"))
 
     def eval_await(self, s, timeout):
         if s is None or not s.alive:
@@ -538,14 +554,14 @@ class LifetimeMachine(RuleBasedStateMachine):
     @rule(action=st.sampled_from(["eval", "eval", "eval_async", "eval_async", "eval_await",
                                   "poll", "record_program", "clear_sequence",
                                   "destroy_sequence"]),
-          program=st.sampled_from(["add", "mult", "copy", None]),
+          program=st.sampled_from(["add", "mult", "copy", "slow", None]),
           timeout=st.sampled_from([0.0, 0.0005, 0.005, None]), data=st.data())
     def sequence_action(self, action, program, timeout, data):
         self._sequence_action(action, program, timeout, data)
 
     @rule(action=st.sampled_from(["eval", "eval_async", "eval_await", "poll",
                                   "destroy_sequence"]),
-          program=st.sampled_from(["add", "mult", "copy"]),
+          program=st.sampled_from(["add", "mult", "copy", "slow"]),
           timeout=st.sampled_from([0.0, 0.0005, 0.005, None]), data=st.data())
     def sequence_action_again(self, action, program, timeout, data):
         self._sequence_action(action, program, timeout, data)
