@@ -36,6 +36,7 @@ class Child:
         # The finalizer holds the handle and the manager's state, never self.
         self._finalizer = weakref.finalize(self, manager._state.garbage.append, handle)
         self._finalizer.atexit = False
+        manager._state.handles.add(handle)
 
     @property
     def manager(self) -> Manager:

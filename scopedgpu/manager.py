@@ -18,9 +18,9 @@ from scopedgpu._errors import DestroyedError, ShaderError, ValidationError, chec
 from scopedgpu._ffi import ffi, lib
 from scopedgpu._pool import Pool
 from scopedgpu._spirv import ShaderInfo, reflect
-from scopedgpu.algorithm import Algorithm
+from scopedgpu.algorithm import Algorithm, _AlgoHandle
 from scopedgpu.ops import Op
-from scopedgpu.sequence import SPIN_NS, Sequence
+from scopedgpu.sequence import SPIN_NS, Sequence, _SeqHandle
 from scopedgpu.tensor import KINDS, Tensor, dtype_feature
 
 __all__ = ["Manager"]
@@ -74,6 +74,9 @@ class _State:
         self.algorithms: weakref.WeakSet[Algorithm] = weakref.WeakSet()
         self.sequences: weakref.WeakSet[Sequence] = weakref.WeakSet()
         self.named: dict[str, Sequence] = {}
+        # Every child's handle. The children's finalizers hold the handles, so these stay
+        # when a garbage collection of a cycle clears the weak sets of children above.
+        self.handles: weakref.WeakSet[Handle] = weakref.WeakSet()
         self.running: set[Sequence] = set()
         # Handles of objects that became unreachable; released at the next safe point.
         self.garbage: collections.deque[Handle] = collections.deque()
@@ -230,6 +233,16 @@ def _shutdown(state: _State) -> None:
                     if h is not None:
                         h.release(state, True)
                 group.clear()
+            # Children collected in one reference cycle with the manager: the collector
+            # cleared the weak sets before any finalizer ran, and theirs may run after this
+            # one. Release their handles now (releases are idempotent), children first.
+            handles = list(state.handles)
+            for kind in (_SeqHandle, _AlgoHandle, Handle):
+                for h in handles:
+                    if isinstance(h, kind):
+                        h.release(state, True)
+                handles = [h for h in handles if not isinstance(h, kind)]
+            state.handles.clear()
             state.named.clear()
             # Threads still inside a fence wait on a destroyed sequence return at once (the
             # device is idle) and free it; the device must outlive that.

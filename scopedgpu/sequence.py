@@ -53,7 +53,8 @@ class _SeqHandle(Handle):
     def destroy_now(self, state: _State) -> None:
         state.doomed.discard(self)
         # sg_seq_destroy waits for the fence of a submission still pending.
-        lib.sg_seq_destroy(self.seq)
+        if self.seq is not None:   # released once only (close() may sweep it again)
+            lib.sg_seq_destroy(self.seq)
         self.seq = None
 
 
