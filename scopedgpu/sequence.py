@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import weakref
 from typing import TYPE_CHECKING, Any
 
 from scopedgpu._base import Child, Handle
@@ -32,7 +33,10 @@ class _SeqHandle(Handle):
 
     def __init__(self, seq: Any):
         self.seq = seq
-        self.owned: list[Algorithm] = []
+        # Weak: the finalizer holds this handle, and a strong reference from it to an
+        # algorithm (which holds the manager) would keep the manager alive for good. The
+        # recorded ops keep the algorithms alive as long as the sequence lives.
+        self.owned: list[weakref.ref[Algorithm]] = []
         self.waiters = 0   # threads inside sg_seq_wait on `seq` (counted under the lock)
 
     def release(self, state: _State, closing: bool) -> None:
@@ -43,7 +47,10 @@ class _SeqHandle(Handle):
             state.doomed.add(self)
         else:
             self.destroy_now(state)
-        for algo in self.owned:
+        for ref in self.owned:
+            algo = ref()
+            if algo is None:
+                continue   # collected with the sequence: its own finalizer releases it
             h = algo._mark_destroyed()
             algo._forget()
             if h is not None:
@@ -198,7 +205,9 @@ class Sequence(Child):
             self._ops.clear()
             self._dirty = True
             owned = self._handle.owned  # type: ignore[attr-defined]
-            for algo in owned:
+            for algo in (ref() for ref in owned):
+                if algo is None:
+                    continue
                 h = algo._mark_destroyed()
                 algo._forget()
                 if h is not None:
@@ -206,7 +215,7 @@ class Sequence(Child):
             owned.clear()
 
     def _own(self, algo: Algorithm) -> None:
-        self._handle.owned.append(algo)  # type: ignore[attr-defined]
+        self._handle.owned.append(weakref.ref(algo))  # type: ignore[attr-defined]
 
     # -- evaluation ---------------------------------------------------------------------
     def eval(self, op: Op | None = None) -> Sequence:
