@@ -510,8 +510,9 @@ class LifetimeMachine(RuleBasedStateMachine):
     def run(self, m, data):
         if not m.open:
             return
-        host = [t for t in self.ts if t.m is m and t.alive and t.kind != "storage"
-                and not any(s.running and t in s.uses for s in self.sqs)]
+        # What is drawn must not depend on timing (whether a sequence still runs), or
+        # hypothesis cannot replay a case: draw first, then wait for the users.
+        host = [t for t in self.ts if t.m is m and t.alive and t.kind != "storage"]
         if len(host) < 2:
             return
         x = data.draw(st.sampled_from(host))
@@ -519,6 +520,10 @@ class LifetimeMachine(RuleBasedStateMachine):
         if not outs:
             return
         out = data.draw(st.sampled_from(outs))
+        for s in self.sqs:
+            if s.running and (x in s.uses or out in s.uses):
+                assert s.seq.eval_await() is True
+                self._complete(s)
         m.mgr.run(sg.OpTensorSyncDevice([x.t]), sg.OpMult([x.t, x.t, out.t]),
                   sg.OpTensorSyncLocal([out.t]))
         np.testing.assert_array_equal(out.t.data(), x.host * x.host)
