@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import (Bundle, RuleBasedStateMachine, consumes, initialize,
+from hypothesis.stateful import (Bundle, RuleBasedStateMachine, initialize,
                                  invariant, precondition, rule)
 
 import scopedgpu as sg
