@@ -73,7 +73,10 @@ class _State:
         self.tensors: weakref.WeakSet[Tensor] = weakref.WeakSet()
         self.algorithms: weakref.WeakSet[Algorithm] = weakref.WeakSet()
         self.sequences: weakref.WeakSet[Sequence] = weakref.WeakSet()
-        self.named: dict[str, Sequence] = {}
+        # Weak, like the other children: the Manager object holds the named sequences
+        # strongly (Manager._named), so a dropped manager and its named sequences can be
+        # collected together instead of living until exit.
+        self.named: weakref.WeakValueDictionary[str, Sequence] = weakref.WeakValueDictionary()
         # Every child's handle. The children's finalizers hold the handles, so these stay
         # when a garbage collection of a cycle clears the weak sets of children above.
         self.handles: weakref.WeakSet[Handle] = weakref.WeakSet()
@@ -297,6 +300,7 @@ class Manager:
             raise ValueError(f"memory_limit must be a positive number of bytes, not {memory_limit}")
         state = _State()
         self._state = state
+        self._named: dict[str, Sequence] = {}   # keeps named sequences until deleted
         # Registered first, so that whatever is created below is freed on failure too.
         self._finalizer = weakref.finalize(self, _shutdown, state)
         try:
@@ -334,6 +338,7 @@ class Manager:
         this manager, its pipelines and memory, and the device. Idempotent. data() arrays
         stay valid."""
         self._finalizer()
+        self._named.clear()
 
     @property
     def closed(self) -> bool:
@@ -471,6 +476,7 @@ class Manager:
             seq = Sequence(self, name, queue, timestamps)
             if name is not None:
                 st.named[name] = seq
+                self._named[name] = seq
             return seq
 
     def delete_sequence(self, name: str) -> None:

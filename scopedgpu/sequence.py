@@ -392,6 +392,8 @@ class Sequence(Child):
         state.sequences.discard(self)
         if self._name is not None and state.named.get(self._name) is self:
             del state.named[self._name]
+        if self._name is not None and self._mgr._named.get(self._name) is self:
+            del self._mgr._named[self._name]
         self._h = None
 
     def __exit__(self, *exc: object) -> None:
