@@ -89,8 +89,9 @@ def test_unreachable_manager_closes(mgr):
     view = t.data()
     with m.sequence() as seq:
         seq.eval(sg.OpTensorSyncDevice([t]))
-    # (A named sequence would keep the manager alive until exit: the manager holds its
-    # named sequences strongly and they hold the manager. See the closing note.)
+    # Found a leak: the manager's state held its named sequences strongly, and they hold
+    # the manager, so a manager that ever had a named sequence lived until exit.
+    m.sequence("named").eval(sg.OpTensorSyncDevice([t]))
     del m, t, seq
     gc.collect()  # the children held the manager; all unreachable now
     assert sg.live_vulkan_objects() == before
