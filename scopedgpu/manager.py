@@ -5,6 +5,7 @@ import collections
 import logging
 import os
 import threading
+import time
 import weakref
 from collections import OrderedDict
 from typing import Any, Sequence as Seq
@@ -17,9 +18,9 @@ from scopedgpu._errors import DestroyedError, ShaderError, ValidationError, chec
 from scopedgpu._ffi import ffi, lib
 from scopedgpu._pool import Pool
 from scopedgpu._spirv import ShaderInfo, reflect
-from scopedgpu.algorithm import Algorithm
+from scopedgpu.algorithm import Algorithm, _AlgoHandle
 from scopedgpu.ops import Op
-from scopedgpu.sequence import SPIN_NS, Sequence
+from scopedgpu.sequence import SPIN_NS, Sequence, _SeqHandle
 from scopedgpu.tensor import KINDS, Tensor, aligned_empty, dtype_feature
 
 __all__ = ["Manager"]
@@ -74,7 +75,10 @@ class _State:
         self.tensors = ChildSet()       # of Tensor
         self.algorithms = ChildSet()    # of Algorithm
         self.sequences = ChildSet()     # of Sequence
-        self.named: dict[str, Sequence] = {}
+        # Weak, like the other children: the Manager object holds the named sequences
+        # strongly (Manager._named), so a dropped manager and its named sequences can be
+        # collected together instead of living until exit.
+        self.named: weakref.WeakValueDictionary[str, Sequence] = weakref.WeakValueDictionary()
         self.running: set[Sequence] = set()
         # Handles of objects that became unreachable; released at the next safe point.
         self.garbage: collections.deque[Handle] = collections.deque()
@@ -85,6 +89,9 @@ class _State:
         self.seq_cache: dict[int, list[tuple[Any, tuple | None]]] = {}
         # [sequences still running, handle] releases waiting for fences
         self.deferred: list[tuple[set[Sequence], Handle]] = []
+        # Sequence handles destroyed while another thread waits on their fence; the last
+        # waiter frees them.
+        self.doomed: set[Handle] = set()
         self.programs: dict[tuple, _Program] = {}
         self.unused_programs: OrderedDict[tuple, _Program] = OrderedDict()
         self.reflections: OrderedDict[bytes, ShaderInfo] = OrderedDict()
@@ -265,21 +272,39 @@ def _shutdown(state: _State) -> None:
                     if h is not None:
                         h.release(state, True)
                 group.clear()
-            state.named.clear()
+            # Children collected in one reference cycle with the manager: the collector
+            # cleared the weak sets before any finalizer ran, and theirs may run after this
+            # one. Release their handles now (releases are idempotent), children first.
+            handles = list(state.handles.values())
+            for kind in (_SeqHandle, _AlgoHandle, Handle):
+                for h in handles:
+                    if isinstance(h, kind):
+                        h.release(state, True)
+                handles = [h for h in handles if not isinstance(h, kind)]
             state.handles.clear()
+            state.named.clear()
             state.drop_seq_cache()
+            # Threads still inside a fence wait on a destroyed sequence return at once (the
+            # device is idle) and free it; the device must outlive that.
+            while state.doomed:
+                state.lock.release()
+                try:
+                    time.sleep(0.001)
+                finally:
+                    state.lock.acquire()
             for prog in list(state.programs.values()):
                 lib.sg_program_destroy(prog.handle)
             state.programs.clear()
             state.unused_programs.clear()
             if state.pool is not None:
                 state.pool.destroy()
+            lib.sg_device_destroy(state.dev)
+            state.dev = None
+            # After vkDestroyDevice: the layer reports objects the device still had then.
             try:
                 state.check_validation("closing the manager")
             except ValidationError as exc:
                 log.error("%s", exc)
-            lib.sg_device_destroy(state.dev)
-            state.dev = None
         if state.inst is not None:
             lib.sg_instance_destroy(state.inst)
             state.inst = None
@@ -295,9 +320,10 @@ class Manager:
     caused them. memory_limit (or SCOPEDGPU_MEMORY_LIMIT) caps the bytes of the tensor pool.
 
     close() (or the end of a `with` block, or interpreter exit) waits for all GPU work and
-    then frees everything the manager made. Most calls are thread-safe: one lock guards the
-    manager's state; fence waits happen outside it. A single Sequence should be driven by
-    one thread at a time.
+    then frees everything the manager made. Calls are thread-safe: one lock guards the
+    manager's state; sequence fence waits happen outside it (wait_idle() and storage
+    uploads wait under it). A single Sequence should be driven by one thread at a time.
+    See docs/threads.md.
     """
 
     def __init__(self, device: int | str | None = None, *, debug: bool | None = None,
@@ -311,6 +337,7 @@ class Manager:
             raise ValueError(f"memory_limit must be a positive number of bytes, not {memory_limit}")
         state = _State()
         self._state = state
+        self._named: dict[str, Sequence] = {}   # keeps named sequences until deleted
         # Registered first, so that whatever is created below is freed on failure too.
         self._finalizer = weakref.finalize(self, _shutdown, state)
         try:
@@ -349,6 +376,7 @@ class Manager:
         this manager, its pipelines and memory, and the device. Idempotent. data() arrays
         stay valid."""
         self._finalizer()
+        self._named.clear()
 
     @property
     def closed(self) -> bool:
@@ -440,35 +468,38 @@ class Manager:
     def _upload(self, tensor: Tensor, array: np.ndarray) -> None:
         """Writes `array` into a storage tensor through a temporary staging range."""
         st = self._state
+        # All under the lock, the wait included: the staging range and the one-off sequence
+        # are not tracked by close(), which must not destroy the device under them.
         with st.lock:
+            st.check_open()
             stage = st.pool.alloc(array.nbytes, "host")
-        try:
-            ffi.memmove(ffi.cast("void *", stage.address), ffi.from_buffer(array), array.nbytes)
-            self._oneoff(lambda h: lib.sg_seq_copy(h, stage.block.handle, stage.offset,
-                                                   tensor._gpu.block.handle, tensor._gpu.offset,
-                                                   array.nbytes), f"uploading {tensor!r}")
-        finally:
-            with st.lock:
+            try:
+                ffi.memmove(ffi.cast("void *", stage.address), ffi.from_buffer(array),
+                            array.nbytes)
+                self._oneoff(lambda h: lib.sg_seq_copy(h, stage.block.handle, stage.offset,
+                                                       tensor._gpu.block.handle,
+                                                       tensor._gpu.offset, array.nbytes),
+                             f"uploading {tensor!r}")
+            finally:
                 st.pool.free(stage)
 
     def _oneoff(self, record: Any, what: str) -> None:
+        """Records, submits and waits for a one-off command buffer. The caller holds the
+        lock."""
         st = self._state
         out = ffi.new("sg_seq **")
-        with st.lock:
-            check(lib.sg_seq_create(st.dev, 0, 0, out), what)
+        check(lib.sg_seq_create(st.dev, 0, 0, out), what)
         h = out[0]
         try:
             check(lib.sg_seq_begin(h), what)
             record(h)
             lib.sg_seq_barrier(h, 0x1800, 0x1040, 0x1800, 0x1860)
             check(lib.sg_seq_end(h), what)
-            with st.lock:
-                check(lib.sg_seq_submit(h), what)
+            check(lib.sg_seq_submit(h), what)
             check(lib.sg_seq_wait(h, 2**64 - 1, SPIN_NS), what)
         finally:
-            with st.lock:
-                lib.sg_seq_destroy(h)
-                st.check_validation(what)
+            lib.sg_seq_destroy(h)
+            st.check_validation(what)
 
     # -- algorithms and sequences -----------------------------------------------------------
     def algorithm(self, tensors: Seq[Tensor], spirv: bytes, workgroup: Seq[int] | None = None,
@@ -499,6 +530,7 @@ class Manager:
             seq = Sequence(self, name, queue, timestamps)
             if name is not None:
                 st.named[name] = seq
+                self._named[name] = seq
             return seq
 
     def delete_sequence(self, name: str) -> None:
@@ -588,8 +620,12 @@ class Manager:
         """Waits until the device has finished all submitted work, and completes every
         running sequence."""
         st = self._open()
-        rc = lib.sg_device_wait_idle(st.dev)
         with st.lock:
+            st.check_open()
+            # Under the lock: vkDeviceWaitIdle needs "host access to all VkQueue objects
+            # created from device" externally synchronized, and a sequence submitted by
+            # another thread after the wait must not be marked complete below.
+            rc = lib.sg_device_wait_idle(st.dev)
             check(rc, "waiting for the device to be idle")
             st.collect()
             for seq in list(st.running):

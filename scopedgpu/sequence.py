@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import weakref
 from typing import TYPE_CHECKING, Any
 
 from scopedgpu._base import Child, Handle
@@ -30,26 +31,48 @@ _EMPTY: frozenset = frozenset()
 
 
 class _SeqHandle(Handle):
-    __slots__ = ("seq", "owned", "queue", "nqueries", "sig")
+    __slots__ = ("seq", "owned", "queue", "nqueries", "sig", "waiters")
 
     def __init__(self, seq: Any, queue: int, nqueries: int, sig: tuple | None = None):
         self.seq = seq
-        self.owned: list[Algorithm] = []
+        # Weak: the handle outlives its sequence in the manager's bookkeeping, and a strong
+        # reference from it to an algorithm (which holds the manager) would keep the
+        # manager alive for good. The recorded ops keep the algorithms alive as long as
+        # the sequence lives.
+        self.owned: list[weakref.ref[Algorithm]] = []
         self.queue = queue
         self.nqueries = nqueries
         self.sig = sig    # signature of the commands recorded in seq (None: unknown)
+        self.waiters = 0  # threads inside sg_seq_wait on `seq` (counted under the lock)
 
     def release(self, state: _State, closing: bool) -> None:
-        if closing or self.nqueries or not state.recycle_seq(self.seq, self.queue, self.sig):
-            # sg_seq_destroy waits for the fence of a submission still pending.
-            lib.sg_seq_destroy(self.seq)
-        self.seq = None
-        for algo in self.owned:
+        # Another thread may be inside sg_seq_wait on this sequence (it waits without the
+        # lock): freeing or reusing the fence under it is a use after free. The last
+        # waiter does it instead (close() waits for that before destroying the device).
+        if self.waiters:
+            state.doomed.add(self)
+        else:
+            self.destroy_now(state, closing)
+        for ref in self.owned:
+            algo = ref()
+            if algo is None:
+                continue   # collected with the sequence: its own release follows
             h = algo._mark_destroyed()
             algo._forget()
             if h is not None:
                 state.release(h)
         self.owned.clear()
+
+    def destroy_now(self, state: _State, closing: bool) -> None:
+        """Destroys the sg_seq, or keeps it for reuse by a new anonymous sequence."""
+        state.doomed.discard(self)
+        seq = self.seq
+        if seq is None:
+            return   # released once only (close() may sweep it again)
+        self.seq = None
+        if closing or self.nqueries or not state.recycle_seq(seq, self.queue, self.sig):
+            # sg_seq_destroy waits for the fence of a submission still pending.
+            lib.sg_seq_destroy(seq)
 
 
 class _Recorder:
@@ -242,7 +265,9 @@ class Sequence(Child):
             self._sig = None if self._want_timestamps else ()
             self._dirty = True
             owned = self._handle.owned  # type: ignore[attr-defined]
-            for algo in owned:
+            for algo in (ref() for ref in owned):
+                if algo is None:
+                    continue
                 h = algo._mark_destroyed()
                 algo._forget()
                 if h is not None:
@@ -250,7 +275,7 @@ class Sequence(Child):
             owned.clear()
 
     def _own(self, algo: Algorithm) -> None:
-        self._handle.owned.append(algo)  # type: ignore[attr-defined]
+        self._handle.owned.append(weakref.ref(algo))  # type: ignore[attr-defined]
 
     # -- evaluation ---------------------------------------------------------------------
     def eval(self, op: Op | None = None) -> Sequence:
@@ -329,10 +354,22 @@ class Sequence(Child):
         if not self._running:
             return True
         ns = 2**64 - 1 if timeout is None else min(int(timeout * 1e9), 2**64 - 2)
-        rc = lib.sg_seq_wait(self._h, ns, SPIN_NS if SPIN_NS < ns else ns)  # GIL released
+        state = self._state
+        handle: _SeqHandle = self._handle  # type: ignore[assignment]
+        with state.lock:
+            h = handle.seq
+            if not self._running or h is None:
+                return True  # completed, or destroyed/closed meanwhile (after its work)
+            handle.waiters += 1
+        try:
+            rc = lib.sg_seq_wait(h, ns, SPIN_NS if SPIN_NS < ns else ns)  # GIL, lock released
+        finally:
+            with state.lock:
+                handle.waiters -= 1
+                if handle.waiters == 0 and handle in state.doomed:
+                    handle.destroy_now(state, False)
         if rc == _SG_TIMEOUT:
             return False
-        state = self._state
         with state.lock:
             self._finish()
             if rc:
@@ -438,6 +475,8 @@ class Sequence(Child):
         state.sequences.discard(self)
         if self._name is not None and state.named.get(self._name) is self:
             del state.named[self._name]
+        if self._name is not None and self._mgr._named.get(self._name) is self:
+            del self._mgr._named[self._name]
         self._h = None
         # A destroyed sequence must not keep its ops' tensors and algorithms alive: the
         # `seq` name of a finished `with mgr.sequence() as seq:` block outlives the block.

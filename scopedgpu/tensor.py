@@ -136,6 +136,10 @@ class Tensor(Child):
         self._nbytes = nbytes = array.nbytes
         self._host: np.ndarray | None = None if kind == "storage" else array
         with state.lock:
+            # Checked under the lock: another thread may have closed the manager since
+            # Manager.tensor() checked, destroying the pool's device and its mappings.
+            if state.closed:
+                state.check_open()
             if state.garbage or state.running:
                 state.collect()
             pool = state.pool
@@ -164,15 +168,17 @@ class Tensor(Child):
                 raise
             super().__init__(manager, handle)
             state.tensors.add(self)
-        self._gpu = handle.gpu
-        self._stage = handle.stage
-        # Zero-copy: the sync ops' DMA reads and writes data() itself.
-        self._zero_copy = handle.host is not None
-        # Host-visible range the sync ops copy through: staging, or the tensor itself.
-        self._mapped = handle.stage if kind == "device" else (handle.gpu if kind == "host" else None)
-        if kind == "host":
-            self._to_mapped()
-        elif kind == "storage":
+            self._gpu = handle.gpu
+            self._stage = handle.stage
+            # Zero-copy: the sync ops' DMA reads and writes data() itself.
+            self._zero_copy = handle.host is not None
+            # Host-visible range the sync ops copy through: staging, or the tensor itself.
+            self._mapped = handle.stage if kind == "device" else (
+                handle.gpu if kind == "host" else None)
+            if kind == "host":
+                # under the lock: a concurrent close() would unmap the memory
+                self._to_mapped()
+        if kind == "storage":
             try:
                 manager._upload(self, array)
             except BaseException:
