@@ -5,6 +5,7 @@ alive in the process."""
 from __future__ import annotations
 
 import gc
+import logging
 import os
 
 import pytest
@@ -61,3 +62,42 @@ def mgr():
 def glsl():
     """Compiles GLSL (cached on disk, so machines without glslc can reuse the cache)."""
     return sg.compile_glsl
+
+
+# Validation errors raise ValidationError from the call that caused them; two kinds of
+# message never reach a caller: errors the layer reports while a manager closes (logged:
+# close() cannot raise at interpreter exit) and validation warnings (logged). Every test
+# fails on either.
+class _Collect(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(level=logging.WARNING)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@pytest.fixture(autouse=True)
+def fail_on_validation_messages(request):
+    """Any WARNING or ERROR on the "scopedgpu" logger fails the test (validation
+    errors at close, validation warnings); a test that expects one marks itself with
+    @pytest.mark.allow_scopedgpu_log."""
+    handler = _Collect()
+    logger = logging.getLogger("scopedgpu")
+    logger.addHandler(handler)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+    if request.node.get_closest_marker("allow_scopedgpu_log"):
+        return
+    # A machine without the layer (a GPU host without vulkan-validationlayers) says so
+    # once per debug manager: that is the environment, not a finding.
+    bad = [f"{r.levelname}: {r.getMessage()}" for r in handler.records
+           if "validation layer is not installed" not in r.getMessage()]
+    assert not bad, "scopedgpu logged:\n" + "\n".join(bad)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "allow_scopedgpu_log: the test expects scopedgpu "
+                            "to log warnings or errors")
