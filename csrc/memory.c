@@ -3,6 +3,23 @@
 #include <stdlib.h>
 #include "sg_internal.h"
 
+/* The one kind of buffer the shim makes: storage, transfer source and destination.
+ * `next` chains extra create info (external memory for imports). */
+static int buffer_create(sg_device *dev, uint64_t size, const void *next, VkBuffer *out) {
+    int rc = 0;
+    VkBufferCreateInfo bci = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
+                              .pNext = next,
+                              .size = size,
+                              .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT |
+                                       VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+                                       VK_BUFFER_USAGE_TRANSFER_DST_BIT,
+                              .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
+    SG_VK("vkCreateBuffer", dev->vk.vkCreateBuffer(dev->device, &bci, NULL, out));
+    sg__live_add(dev, SG_LIVE_BUFFERS, 1);
+fail:
+    return rc;
+}
+
 /* Who owns what: the block owns its buffer and memory (and mapping). On failure
  * nothing is left behind. SG_ERR_MEMORY_TYPE: mem_type cannot back a buffer. */
 int sg_block_create(sg_device *dev, uint64_t size, uint32_t mem_type, int map, sg_block **out) {
@@ -13,14 +30,8 @@ int sg_block_create(sg_device *dev, uint64_t size, uint32_t mem_type, int map, s
     if (!blk) SG_FAIL("calloc", VK_ERROR_OUT_OF_HOST_MEMORY);
     blk->dev = dev;
     blk->size = size;
-    VkBufferCreateInfo bci = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
-                              .size = size,
-                              .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT |
-                                       VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
-                                       VK_BUFFER_USAGE_TRANSFER_DST_BIT,
-                              .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
-    SG_VK("vkCreateBuffer", dev->vk.vkCreateBuffer(dev->device, &bci, NULL, &blk->buffer));
-    sg__live_add(dev, SG_LIVE_BUFFERS, 1);
+    rc = buffer_create(dev, size, NULL, &blk->buffer);
+    if (rc) goto fail;
     VkMemoryRequirements req;
     dev->vk.vkGetBufferMemoryRequirements(dev->device, blk->buffer, &req);
     if (mem_type >= 32 || !(req.memoryTypeBits & (1u << mem_type)))
@@ -92,15 +103,8 @@ int sg_block_import(sg_device *dev, void *ptr, uint64_t size, uint32_t mem_type,
     VkExternalMemoryBufferCreateInfo ext = {
         .sType = VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_BUFFER_CREATE_INFO,
         .handleTypes = VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT};
-    VkBufferCreateInfo bci = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
-                              .pNext = &ext,
-                              .size = size,
-                              .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT |
-                                       VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
-                                       VK_BUFFER_USAGE_TRANSFER_DST_BIT,
-                              .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
-    SG_VK("vkCreateBuffer", dev->vk.vkCreateBuffer(dev->device, &bci, NULL, &blk->buffer));
-    sg__live_add(dev, SG_LIVE_BUFFERS, 1);
+    rc = buffer_create(dev, size, &ext, &blk->buffer);
+    if (rc) goto fail;
     VkMemoryRequirements req;
     dev->vk.vkGetBufferMemoryRequirements(dev->device, blk->buffer, &req);
     if (mem_type >= 32 || !(req.memoryTypeBits & (1u << mem_type)) || req.size > size)
