@@ -10,7 +10,10 @@ cd "$(dirname "$0")/.."
 
 pkgs=(mesa-vulkan-drivers libvulkan1 libvulkan-dev glslc spirv-tools vulkan-validationlayers
       vulkan-tools gcc)
-python3 -c 'import ensurepip, venv' 2>/dev/null || pkgs+=(python3-venv python3-dev)
+python3 -c 'import ensurepip, venv' 2>/dev/null || pkgs+=(python3-venv)
+# The extension is compiled against Python.h.
+python3 -c 'import os, sysconfig, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
+  || pkgs+=(python3-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
