@@ -41,8 +41,10 @@ def _loader_path() -> str:
     try:
         with open("/proc/self/maps") as f:
             for line in f:
-                if "libvulkan" in line:
-                    return line.split()[-1]
+                path = line.split()[-1]
+                # the loader itself, not a driver such as libvulkan_radeon.so
+                if os.path.basename(path).startswith(("libvulkan.so", "libvulkan.1.")):
+                    return path
     except OSError:
         pass
     return "loaded"
