@@ -22,6 +22,8 @@ def test_info_reports_everything_found():
     for what in ("Vulkan loader", "Vulkan driver", "Validation layer", "GLSL compiler"):
         assert what in out
     assert "MISSING" not in out
+    loader = next(ln for ln in out.splitlines() if "Vulkan loader" in ln)
+    assert "libvulkan.so" in loader or "libvulkan.1." in loader, loader  # not a driver's .so
     assert "* default device" in out
     assert "max wg size" in out
 
