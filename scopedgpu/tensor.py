@@ -264,7 +264,8 @@ class Tensor(Child):
 
     def destroy(self) -> None:
         """Returns the tensor's memory to the pool (after the GPU work that uses it).
-        Idempotent. data() arrays stay valid."""
+        Idempotent. data() arrays stay valid; destroy() cancels no submitted work, so an
+        OpTensorSyncLocal still running completes into them."""
         # Child.destroy, inlined: tensors are made and destroyed by the 100,000.
         state = self._mgr._state
         with state.lock:
