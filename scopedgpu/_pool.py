@@ -268,9 +268,6 @@ class Pool:
             blk.handle = ffi.NULL
             self.imported -= blk.size
 
-    def has_kind(self, kind: str) -> bool:
-        return bool(self._types[kind])
-
     def round(self, nbytes: int) -> int:
         a = self.align
         return max(a, (nbytes + a - 1) // a * a)
