@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import collections
+import itertools
 import logging
 import os
 import threading
@@ -79,7 +80,12 @@ class _State:
         # strongly (Manager._named), so a dropped manager and its named sequences can be
         # collected together instead of living until exit.
         self.named: weakref.WeakValueDictionary[str, Sequence] = weakref.WeakValueDictionary()
-        self.running: set[Sequence] = set()
+        # Sequences whose last submission has not been seen complete, by their weak
+        # references (Child._ref). The Manager object holds them strongly
+        # (Manager._running): a manager dropped while a sequence runs forms a cycle with
+        # it that the collector frees (closing the manager), instead of this state, which
+        # its finalizer holds, keeping both alive until exit.
+        self.running: dict[weakref.ref, None] = {}
         # Handles of objects that became unreachable; released at the next safe point.
         self.garbage: collections.deque[Handle] = collections.deque()
         # weakref to a live child -> the handle it owns (see Child.__init__)
@@ -87,8 +93,9 @@ class _State:
         # queue -> (sg_seq, signature of the commands it holds) of destroyed sequences,
         # idle, ready for reuse (see Sequence._sig)
         self.seq_cache: dict[int, list[tuple[Any, tuple | None]]] = {}
-        # [sequences still running, handle] releases waiting for fences
-        self.deferred: list[tuple[set[Sequence], Handle]] = []
+        # [weak references of the sequences still running, handle] releases waiting for
+        # fences
+        self.deferred: list[tuple[set[weakref.ref], Handle]] = []
         # Sequence handles destroyed while another thread waits on their fence; the last
         # waiter frees them.
         self.doomed: set[Handle] = set()
@@ -134,6 +141,16 @@ class _State:
         if self.closed:
             raise DestroyedError("the manager is closed: create a new Manager")
 
+    def running_seqs(self) -> list[Sequence]:
+        """The running sequences. (A reference is dead only while the collector frees
+        the sequence together with its manager, whose close() then waits for the device.)"""
+        out = []
+        for ref in list(self.running):
+            seq = ref()
+            if seq is not None:
+                out.append(seq)
+        return out
+
     def collect(self) -> None:
         """Releases what finalizers queued and retires sequences whose fences signalled.
         Called with the lock held at the start of public operations."""
@@ -141,13 +158,14 @@ class _State:
         while garbage:
             self.release(garbage.popleft())
         if self.running:
-            for seq in list(self.running):
+            for seq in self.running_seqs():
                 if seq._h is not None and lib.sg_seq_status(seq._h) != lib.SG_TIMEOUT:
                     seq._finish()
 
     def release(self, handle: Handle) -> None:
         """Releases now, or once every running sequence that uses the handle completed."""
-        users = {s for s in self.running if handle in s._inflight} if self.running else None
+        users = ({s._ref for s in self.running_seqs() if handle in s._inflight}
+                 if self.running else None)
         if users:
             self.deferred.append((users, handle))
         else:
@@ -156,10 +174,11 @@ class _State:
     def completed(self, seq: Sequence) -> None:
         if not self.deferred:
             return
-        keep: list[tuple[set[Sequence], Handle]] = []
-        ready: list[tuple[set[Sequence], Handle]] = []
+        keep: list[tuple[set[weakref.ref], Handle]] = []
+        ready: list[tuple[set[weakref.ref], Handle]] = []
+        ref = seq._ref
         for users, handle in self.deferred:
-            users.discard(seq)
+            users.discard(ref)
             (keep if users else ready).append((users, handle))
         self.deferred = keep
         for _, handle in ready:
@@ -255,11 +274,19 @@ def _shutdown(state: _State) -> None:
         state.closed = True
         if state.dev is not None:
             lib.sg_device_wait_idle(state.dev)
-            for seq in list(state.running):
+            for seq in state.running_seqs():
                 try:
                     seq._finish()
                 except Exception:  # a failed host copy must not stop the teardown
                     log.exception("completing %r while closing", seq)
+            # Sequences collected with this manager while they ran: their host copies
+            # (the device is idle, and the staging memory is still there).
+            for h in itertools.chain(state.garbage, state.handles.values()):
+                if isinstance(h, _SeqHandle) and h.copies:
+                    try:
+                        h.complete()
+                    except Exception:
+                        log.exception("completing a collected sequence while closing")
             state.running.clear()
             for users, handle in state.deferred:
                 handle.release(state, True)
@@ -338,6 +365,7 @@ class Manager:
         state = _State()
         self._state = state
         self._named: dict[str, Sequence] = {}   # keeps named sequences until deleted
+        self._running: set[Sequence] = set()    # keeps running sequences (see _State.running)
         # Registered first, so that whatever is created below is freed on failure too.
         self._finalizer = weakref.finalize(self, _shutdown, state)
         try:
@@ -377,6 +405,7 @@ class Manager:
         stay valid."""
         self._finalizer()
         self._named.clear()
+        self._running.clear()
 
     @property
     def closed(self) -> bool:
@@ -628,7 +657,7 @@ class Manager:
             rc = lib.sg_device_wait_idle(st.dev)
             check(rc, "waiting for the device to be idle")
             st.collect()
-            for seq in list(st.running):
+            for seq in st.running_seqs():
                 seq._finish()
             st.check_validation("waiting for the device")
 

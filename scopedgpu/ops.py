@@ -71,8 +71,10 @@ class Op:
     def _pre(self) -> None:
         """Host work before submission."""
 
-    def _post(self) -> None:
-        """Host work after the sequence's fence signalled."""
+    def _host_read(self) -> Iterable[Tensor]:
+        """Tensors whose host data is refreshed from their host-visible memory once the
+        sequence's fence signalled."""
+        return ()
 
     def _host_written(self) -> Iterable[Tensor]:
         """Tensors whose host-visible memory _pre() writes."""
@@ -131,9 +133,8 @@ class OpTensorSyncLocal(Op):
             else:
                 rec.use([(t._gpu, STAGE_HOST, False)])
 
-    def _post(self):
-        for t in self.tensors:
-            t._from_mapped()
+    def _host_read(self):
+        return self.tensors
 
 
 class OpTensorCopy(Op):

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from scopedgpu._base import Child, Handle
 from scopedgpu._errors import DestroyedError, check
 from scopedgpu._ffi import ffi, lib
+from scopedgpu.tensor import _copy
 from scopedgpu.ops import (ACCESS_HOST_READ, ACCESS_SHADER_READ, ACCESS_SHADER_WRITE,
                            ACCESS_TRANSFER_READ, ACCESS_TRANSFER_WRITE, STAGE_COMPUTE,
                            STAGE_HOST, STAGE_TRANSFER, Op, OpAlgoDispatch, Use)
@@ -31,7 +32,7 @@ _EMPTY: frozenset = frozenset()
 
 
 class _SeqHandle(Handle):
-    __slots__ = ("seq", "owned", "queue", "nqueries", "sig", "waiters")
+    __slots__ = ("seq", "owned", "queue", "nqueries", "sig", "waiters", "copies")
 
     def __init__(self, seq: Any, queue: int, nqueries: int, sig: tuple | None = None):
         self.seq = seq
@@ -44,6 +45,18 @@ class _SeqHandle(Handle):
         self.nqueries = nqueries
         self.sig = sig    # signature of the commands recorded in seq (None: unknown)
         self.waiters = 0  # threads inside sg_seq_wait on `seq` (counted under the lock)
+        # Host copies (Tensor._read_back) due when the running submission completes. Here
+        # rather than on the Sequence: a sequence collected with its manager while it runs
+        # is gone when the manager's close() completes its work.
+        self.copies: tuple[tuple[Any, Any, int], ...] = ()
+
+    def complete(self) -> None:
+        """Does the host copies of the submission that completed."""
+        copies = self.copies
+        if copies:
+            self.copies = ()
+            for dst, src, n in copies:
+                _copy(dst, src, n)
 
     def release(self, state: _State, closing: bool) -> None:
         # Another thread may be inside sg_seq_wait on this sequence (it waits without the
@@ -169,14 +182,14 @@ class Sequence(Child):
         self._ops: list[tuple[Op, Op]] = []      # (op as recorded by the user, op recorded)
         self._dirty = True
         self._running = False
-        self._submitted: tuple[Op, ...] = ()     # ops whose _post runs at completion
         self._inflight: frozenset[Handle] = frozenset()
         self._timestamps: list[int] | None = None
         # What eval needs, gathered at record time so that re-evaluation does no more
         # Python work than it must (see _note_recorded).
         self._objs: list[Any] = []               # must be alive at eval
         self._pre_ops: list[Op] = []
-        self._post_ops: list[Op] = []
+        # host copies of the OpTensorSyncLocal ops (Tensor._read_back), due at completion
+        self._copies: tuple[tuple[Any, Any, int], ...] = ()
         self._host_written: set[Handle] = set()
         self._rec_inflight: frozenset[Handle] = _EMPTY   # handles of _objs, made at record
         # Signature of the recorded ops when they are all plain dispatches: an anonymous
@@ -248,8 +261,9 @@ class Sequence(Child):
         cls = type(op)
         if cls._pre is not Op._pre:
             self._pre_ops.append(op)
-        if cls._post is not Op._post:
-            self._post_ops.append(op)
+        if cls._host_read is not Op._host_read:
+            copies = (t._read_back() for t in op._host_read())
+            self._copies += tuple(c for c in copies if c is not None)
         written = op._host_written()
         if written:
             self._host_written.update(t._handle for t in written)
@@ -315,7 +329,7 @@ class Sequence(Child):
             # use the same memory: wait for those first.
             written = self._host_written
             if written and state.running:
-                for other in list(state.running):
+                for other in state.running_seqs():
                     if other is not self and not other._inflight.isdisjoint(written):
                         other._wait_locked()
             if self._dirty:
@@ -331,12 +345,13 @@ class Sequence(Child):
             rc = lib.sg_seq_submit(self._h)
             if rc:
                 check(rc, f"submitting {self!r}")
-            self._submitted = tuple(self._post_ops) if self._post_ops else ()
+            self._handle.copies = self._copies  # type: ignore[attr-defined]
             self._inflight = self._rec_inflight
             self._running = True
             if self._want_timestamps:
                 self._timestamps = None
-            state.running.add(self)
+            state.running[self._ref] = None
+            self._mgr._running.add(self)
             if state.debug:
                 state.check_validation(f"evaluating {self!r}")
         return self
@@ -392,8 +407,7 @@ class Sequence(Child):
         self._running = False
         state = self._state
         try:
-            for op_ in self._submitted:
-                op_._post()
+            self._handle.complete()  # type: ignore[attr-defined]
             if self._want_timestamps:
                 n = len(self._ops) + 1
                 buf = ffi.new("uint64_t[]", n)
@@ -401,8 +415,8 @@ class Sequence(Child):
                 period = state.info.timestamp_period
                 self._timestamps = [int(buf[i] * period) for i in range(n)]
         finally:
-            self._submitted = ()
-            state.running.discard(self)
+            state.running.pop(self._ref, None)
+            self._mgr._running.discard(self)
             self._inflight = _EMPTY
             if state.deferred:
                 state.completed(self)
@@ -487,7 +501,7 @@ class Sequence(Child):
         self._ops.clear()
         self._objs.clear()
         self._pre_ops.clear()
-        self._post_ops.clear()
+        self._copies = ()
         self._host_written.clear()
         self._rec_inflight = _EMPTY
 

@@ -252,12 +252,15 @@ class Tensor(Child):
         assert host is not None and self._mapped is not None
         _copy(ffi.cast("void *", self._mapped.address), ffi.from_buffer(host), self._nbytes)
 
-    def _from_mapped(self) -> None:
+    def _read_back(self) -> tuple[Any, Any, int] | None:
+        """The copy that refreshes the host data after a download: (destination, source,
+        bytes), plain pointers that refer to no scopedgpu object; None when the download
+        lands in data() itself."""
         if self._zero_copy:
-            return
+            return None
         host = self._host
         assert host is not None and self._mapped is not None
-        _copy(ffi.from_buffer(host), ffi.cast("void *", self._mapped.address), self._nbytes)
+        return (ffi.from_buffer(host), ffi.cast("void *", self._mapped.address), self._nbytes)
 
     def _forget(self) -> None:
         self._mgr._state.tensors.discard(self)
