@@ -136,8 +136,10 @@ static uint64_t now_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-int sg_seq_status(sg_seq *seq) {
-    if (!seq->submitted) return 0;
+/* Fence polls and waits return VK_NOT_READY and VK_TIMEOUT as results, not failures, so
+ * they do not go through SG_VK; fault injection counts one call per poll or wait of a
+ * pending submission (not per spin of the loop below) and leaves it pending. */
+static int fence_status(sg_seq *seq) {
     VkResult r = seq->dev->vk.vkGetFenceStatus(seq->dev->device, seq->fence);
     if (r == VK_SUCCESS) {
         seq->submitted = 0;
@@ -148,8 +150,21 @@ int sg_seq_status(sg_seq *seq) {
     return (int)r;
 }
 
+int sg_seq_status(sg_seq *seq) {
+    if (!seq->submitted) return 0;
+    if (sg__fault_hit()) {
+        sg__set_error("vkGetFenceStatus");
+        return sg__fault_result;
+    }
+    return fence_status(seq);
+}
+
 int sg_seq_wait(sg_seq *seq, uint64_t timeout_ns, uint32_t spin_ns) {
     if (!seq->submitted) return 0;
+    if (sg__fault_hit()) {
+        sg__set_error("vkWaitForFences");
+        return sg__fault_result;
+    }
     sg_device *dev = seq->dev;
     /* A short poll first: small dispatches finish within microseconds, and a blocking
      * wait costs a sleep and a wake-up on most drivers. */
@@ -157,7 +172,7 @@ int sg_seq_wait(sg_seq *seq, uint64_t timeout_ns, uint32_t spin_ns) {
         uint64_t start = now_ns();
         uint64_t limit = spin_ns < timeout_ns ? spin_ns : timeout_ns;
         do {
-            int s = sg_seq_status(seq);
+            int s = fence_status(seq);
             if (s != SG_TIMEOUT) return s;
         } while (now_ns() - start < limit);
     }

@@ -173,9 +173,11 @@ int sg_seq_end(sg_seq *seq);
 /* Resets the fence and submits the recorded command buffer. */
 int sg_seq_submit(sg_seq *seq);
 /* Waits up to timeout_ns (UINT64_MAX: forever) for the last submission: 0 when done,
- * SG_TIMEOUT when not yet, negative on error. Spins briefly before blocking. */
+ * SG_TIMEOUT when not yet, negative on error (the submission then still counts as
+ * pending). Spins briefly before blocking. */
 int sg_seq_wait(sg_seq *seq, uint64_t timeout_ns, uint32_t spin_ns);
-/* 0 when the last submission is done (or nothing was submitted), SG_TIMEOUT if running. */
+/* 0 when the last submission is done (or nothing was submitted), SG_TIMEOUT if running,
+ * negative on error (still pending). */
 int sg_seq_status(sg_seq *seq);
 int sg_seq_timestamps(sg_seq *seq, uint32_t n, uint64_t *out);
 

@@ -159,7 +159,9 @@ class _State:
             self.release(garbage.popleft())
         if self.running:
             for seq in self.running_seqs():
-                if seq._h is not None and lib.sg_seq_status(seq._h) != lib.SG_TIMEOUT:
+                # An error (not known to be complete) leaves it running: the next wait
+                # on it reports the error.
+                if seq._h is not None and lib.sg_seq_status(seq._h) == 0:
                     seq._finish()
 
     def release(self, handle: Handle) -> None:

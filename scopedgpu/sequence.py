@@ -220,8 +220,9 @@ class Sequence(Child):
                 rc = lib.sg_seq_status(self._h)
                 if rc == 0:
                     self._finish()
-                elif rc != lib.SG_TIMEOUT:
-                    self._finish()
+                elif rc != _SG_TIMEOUT:
+                    # Not known to be complete: it still counts as running, and what it
+                    # uses stays allocated.
                     check(rc, f"polling {self!r}")
         return self._running
 
@@ -359,7 +360,8 @@ class Sequence(Child):
     def eval_await(self, timeout: float | None = None) -> bool:
         """Waits for the last submission, at most `timeout` seconds (None: no limit).
         True when it completed (the host copies of OpTensorSyncLocal are then done);
-        False on timeout, and the sequence still counts as running."""
+        False on timeout, and the sequence still counts as running. A wait the driver
+        fails raises DeviceError, and the sequence also still counts as running."""
         self._check()
         if timeout is not None and (math.isnan(timeout) or timeout < 0):
             raise ValueError(f"timeout must be None or >= 0 seconds, not {timeout!r}")
@@ -385,10 +387,12 @@ class Sequence(Child):
                     handle.destroy_now(state, False)
         if rc == _SG_TIMEOUT:
             return False
+        if rc:
+            # The wait failed: not known to be complete, so it still counts as running
+            # and what it uses stays allocated (destroy() waits again).
+            check(rc, f"waiting for {self!r}")
         with state.lock:
             self._finish()
-            if rc:
-                check(rc, f"waiting for {self!r}")
             if state.debug:
                 state.check_validation(f"waiting for {self!r}")
         return True
@@ -396,8 +400,9 @@ class Sequence(Child):
     def _wait_locked(self) -> None:
         """Waits and completes while the caller holds the manager's lock."""
         rc = lib.sg_seq_wait(self._h, 2**64 - 1, SPIN_NS)
+        if rc:
+            check(rc, f"waiting for {self!r}")   # still running (see _wait)
         self._finish()
-        check(rc, f"waiting for {self!r}")
 
     def _finish(self) -> None:
         """Completion work, once per submission, under the manager's lock: host copies of
@@ -483,6 +488,13 @@ class Sequence(Child):
                 self._wait(None)
         finally:
             super().destroy()
+            if self._running:
+                # The wait above failed. Destroying the sg_seq waited for its fence
+                # (unless another thread still waits on it: that one completes it).
+                state = self._state
+                with state.lock:
+                    if self._running and self._handle.seq is None:  # type: ignore[attr-defined]
+                        self._finish()
 
     def _forget(self) -> None:
         state = self._state

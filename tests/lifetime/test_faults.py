@@ -169,3 +169,41 @@ def test_every_call_fails_once_same_manager(spirv):
         EXERCISED["same manager"] = fired
         print(f"\nfault injection, same manager: {fired} points")
     _assert_nothing_alive()
+
+
+def test_a_failed_fence_wait_leaves_the_sequence_running(mgr):
+    """A wait or poll that fails does not say the GPU work is done: the sequence still
+    counts as running, what it uses stays allocated, and a later wait completes it."""
+    before = mgr.live_objects()
+    a = mgr.tensor(np.arange(64, dtype=np.float32))
+    out = mgr.empty(64)
+    seq = mgr.sequence().record(sg.OpTensorSyncDevice([a]))
+    seq.record(sg.OpMult([a, a, out])).record(sg.OpTensorSyncLocal([out]))
+    for call, fail in (("vkWaitForFences", lambda: seq.eval_await()),
+                       ("vkGetFenceStatus", lambda: seq.is_running)):
+        seq.eval_async()
+        lib.sg_fault_set(1, DEVICE_LOST)
+        try:
+            with pytest.raises(sg.DeviceError, match=call) as info:
+                fail()
+        finally:
+            lib.sg_fault_set(0, 0)
+        assert info.value.result == "VK_ERROR_DEVICE_LOST"
+        assert seq._running, "a failed wait marked the sequence complete"
+        assert seq.eval_await() is True
+        np.testing.assert_array_equal(out.data(), np.arange(64, dtype=np.float32) ** 2)
+        out.data()[:] = 0
+    # destroy() after a failed wait: the destruction waits, then completes it
+    seq.eval_async()
+    lib.sg_fault_set(1, DEVICE_LOST)
+    try:
+        with pytest.raises(sg.DeviceError, match="vkWaitForFences"):
+            seq.destroy()
+    finally:
+        lib.sg_fault_set(0, 0)
+    assert seq.destroyed and not seq._running
+    np.testing.assert_array_equal(out.data(), np.arange(64, dtype=np.float32) ** 2)
+    a.destroy()
+    out.destroy()
+    mgr.empty_cache()
+    assert mgr.live_objects() == before
