@@ -1,9 +1,10 @@
 """A rule-based state machine over the public surface, checked against a plain model.
 
-Steps: open and close managers (up to two at once); create tensors of random kind, dtype
-and size; write their host data; take and drop data() views; create and destroy
-algorithms (an add-one GLSL shader); create anonymous and named sequences (some with
-timestamps); record one of three programs into them (add one through an algorithm,
+Steps: open and close managers (up to two at once), or drop one with everything on it
+(the collector then closes it, also while its sequences run); create tensors of random
+kind, dtype and size; write their host data; take and drop data() views; create and
+destroy algorithms (an add-one GLSL shader); create anonymous and named sequences (some
+with timestamps); record one of three programs into them (add one through an algorithm,
 OpMult, or a round trip through a storage tensor with OpTensorCopy); eval, eval_async,
 eval_await with short timeouts, is_running; destroy tensors, algorithms and sequences in
 any order, also while running; delete_sequence, clear_sequences, sequence_names; run();
@@ -43,7 +44,18 @@ SIZES = [1, 33, 256, 1000]   # few sizes, so that tensors often fit together
 SPIRV = {dt: add_one_spirv(dt) for dt in DTYPES}
 SLOW = slow_spirv()
 STATS = {"examples": 0, "steps": 0, "results_checked": 0, "submits": 0,
-         "released_while_running": 0, "destroyed_error": 0, "await_timeouts": 0}
+         "released_while_running": 0, "destroyed_error": 0, "await_timeouts": 0,
+         "managers_dropped": 0, "dropped_while_running": 0}
+_CLOSED: list[sg.Manager] = []
+
+
+def closed_manager() -> sg.Manager:
+    """A closed manager, standing in for one the model dropped."""
+    if not _CLOSED:
+        m = sg.Manager()
+        m.close()
+        _CLOSED.append(m)
+    return _CLOSED[0]
 
 
 class MManager:
@@ -165,24 +177,39 @@ class LifetimeMachine(RuleBasedStateMachine):
         if not m.open:
             m.mgr.close()     # idempotent
             return
-        if not data.draw(st.booleans(), label="really close"):
+        how = data.draw(st.sampled_from(["keep", "close", "close", "drop"]), label="how")
+        if how == "keep":
             return
+        if how == "drop" and data.draw(st.booleans(), label="drop while slow work runs"):
+            self.new_sequence(m, False, False)
+            s = self.sqs[-1]
+            self._record(s, "slow", data)
+            self._submit(s, "eval_async")
         # close() waits for the GPU work and completes every running sequence: their
         # results are in the data() views afterwards.
         checks = [(s.expect[0], s.expect[0].t.data(), s.expect[1]) for s in self.sqs
                   if s.m is m and s.running and s.expect and s.expect[0].alive]
-        m.mgr.close()
+        if how == "close":
+            m.mgr.close()
+            assert m.mgr.closed
+            assert m.mgr.live_objects()["tensors"] == 0
+        else:
+            # Drop every reference to the manager and its objects, running sequences
+            # included: the collector closes it (the invariant checks that its device
+            # and everything on it are gone).
+            devices = live_vulkan_objects()["devices"]
+            self._drop(m)
+            gc.collect()
+            assert live_vulkan_objects()["devices"] == devices - 1
         m.open = False
         for out, view, want in checks:
             STATS["results_checked"] += 1
             np.testing.assert_array_equal(view, want)
             out.host = want.copy()
-        assert m.mgr.closed
-        assert m.mgr.live_objects()["tensors"] == 0
         for t in self.ts:
             if t.m is m and t.alive:
                 t.alive = False
-                assert t.t.destroyed
+                assert t.t is None or t.t.destroyed
                 if t.host is not None:
                     for v in t.views:
                         self.dead_views.append((v, t.host.copy(), None))
@@ -194,8 +221,27 @@ class LifetimeMachine(RuleBasedStateMachine):
                 s.alive = False
                 s.running = False
         self.pending = [p for p in self.pending if p[0].m is not m]
+        if how == "drop":
+            self.ts = [t for t in self.ts if t.m is not m]
+            self.als = [a for a in self.als if a.m is not m]
+            self.sqs = [s for s in self.sqs if s.m is not m]
         with pytest.raises(sg.DestroyedError):
             m.mgr.tensor([1.0])
+
+    def _drop(self, m: MManager) -> None:
+        STATS["managers_dropped"] += 1
+        STATS["dropped_while_running"] += any(s.m is m and s.running for s in self.sqs)
+        for t in self.ts:
+            if t.m is m:
+                t.t = None
+        for a in self.als:
+            if a.m is m:
+                a.algo = None
+        for s in self.sqs:
+            if s.m is m:
+                s.seq = None
+        m.named.clear()
+        m.mgr = closed_manager()   # the rules that get a closed manager use this one
 
     # -- tensors -----------------------------------------------------------------------------
     @rule(m=managers, kind=st.sampled_from(KINDS),
