@@ -58,6 +58,9 @@ class ChildSet:
 class Child:
     """Base of Tensor, Algorithm and Sequence: destroy() at most once, `destroyed`,
     DestroyedError on use after destroy or after the manager closed, `with` scoping."""
+    # What every child sets, as slots (see Tensor); subclasses without __slots__ of their
+    # own get a __dict__ as usual.
+    __slots__ = ("_mgr", "_id", "_destroyed", "_handle", "_ref", "__weakref__")
     _what = "object"
 
     def __init__(self, manager: Manager, handle: Handle):

@@ -71,7 +71,7 @@ def memory_type_candidates(info: DeviceInfo, kind: str) -> list[int]:
 
 
 class Block:
-    __slots__ = ("id", "handle", "ptr", "size", "mem_type", "sub", "used", "nallocs",
+    __slots__ = ("id", "handle", "ptr", "size", "mem_type", "sub", "nallocs",
                  "free_start", "free_end")
 
     def __init__(self, bid: int, handle, ptr: int, size: int, mem_type: int, sub: SubPool):
@@ -81,7 +81,8 @@ class Block:
         self.size = size
         self.mem_type = mem_type
         self.sub = sub
-        self.used = 0
+        # Ranges handed out, and freed ones still on a bin (SubPool.bins) until
+        # flush_bins(): the churn fast path touches no block.
         self.nallocs = 0
         self.free_start: dict[int, int] = {0: size}   # offset -> size
         self.free_end: dict[int, int] = {size: 0}     # end -> offset
@@ -127,7 +128,6 @@ class SubPool:
         del blk.free_end[off + fsize]
         if fsize > size:
             self._add_free(blk, off + size, fsize - size)
-        blk.used += size
         blk.nallocs += 1
         return Allocation(blk, off, size, size)
 
@@ -145,16 +145,15 @@ class SubPool:
     def release(self, a: Allocation) -> None:
         blk = a.block
         size = a.size
-        blk.used -= size
-        blk.nallocs -= 1
         bins = self.bins
-        if bins is not None:
+        if bins is not None:   # binned: its block still counts it (Block.nallocs)
             b = bins.get(size)
             if b is None:
                 bins[size] = b = []
             b.append(a)
             self.binned += 1
             return
+        blk.nallocs -= 1
         self._merge(blk, a.offset, size)
 
     def flush_bins(self) -> None:
@@ -165,6 +164,7 @@ class SubPool:
         assert bins is not None
         for size, b in bins.items():
             for a in b:
+                a.block.nallocs -= 1
                 self._merge(a.block, a.offset, size)
         bins.clear()
         self.binned = 0
@@ -188,7 +188,6 @@ class SubPool:
         del blk.free_end[blk.size]
         if blk.size > size:
             self._add_free(blk, size, blk.size - size)
-        blk.used += size
         blk.nallocs += 1
         return Allocation(blk, 0, size, size)
 
@@ -254,7 +253,6 @@ class Pool:
         for mem_type in ranked:
             if lib.sg_block_import(self._dev, ptr, size, mem_type, out) == 0:
                 blk = Block(next(self._ids), out[0], address, size, mem_type, None)  # type: ignore[arg-type]
-                blk.used = size
                 blk.nallocs = 1
                 self.imports[blk.id] = blk
                 self.imported += size
@@ -283,9 +281,6 @@ class Pool:
             if b:
                 a = b.pop()
                 sub.binned -= 1
-                blk = a.block
-                blk.used += size
-                blk.nallocs += 1
                 a.nbytes = nbytes
                 self.allocated += size
                 self.nallocs += 1
@@ -330,14 +325,7 @@ class Pool:
         b = bh.pop()
         sd.binned -= 1
         sh.binned -= 1
-        blk = a.block
-        blk.used += size
-        blk.nallocs += 1
-        a.nbytes = nbytes
-        blk = b.block
-        blk.used += size
-        blk.nallocs += 1
-        b.nbytes = nbytes
+        a.nbytes = b.nbytes = nbytes
         self.allocated += 2 * size
         self.nallocs += 2
         if self.allocated > self.peak_allocated:
@@ -347,24 +335,20 @@ class Pool:
     def free_pair(self, a: Allocation, b: Allocation) -> None:
         """Frees what alloc_pair gave (the inverse of its fast path)."""
         size = a.size
-        if b.size != size or a.block.sub.bins is None or b.block.sub.bins is None:
+        sa = a.block.sub
+        sb = b.block.sub
+        bd = sa.bins.get(size) if sa.bins is not None else None
+        bh = sb.bins.get(size) if sb.bins is not None else None
+        if b.size != size or bd is None or bh is None:
             self.free(a)
             self.free(b)
             return
         self.allocated -= 2 * size
         self.nallocs -= 2
-        for x in (a, b):
-            blk = x.block
-            blk.used -= size
-            blk.nallocs -= 1
-            sub = blk.sub
-            bins = sub.bins
-            assert bins is not None  # free_pair is only used for binned sizes
-            bin_ = bins.get(size)
-            if bin_ is None:
-                bins[size] = bin_ = []
-            bin_.append(x)
-            sub.binned += 1
+        bd.append(a)
+        bh.append(b)
+        sa.binned += 1
+        sb.binned += 1
 
     def free(self, a: Allocation) -> None:
         self.allocated -= a.size

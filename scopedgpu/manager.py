@@ -17,7 +17,7 @@ from scopedgpu import _device
 from scopedgpu._base import ChildSet, Handle
 from scopedgpu._errors import DestroyedError, ShaderError, ValidationError, check
 from scopedgpu._ffi import ffi, lib
-from scopedgpu._pool import Pool
+from scopedgpu._pool import IMPORT_MIN, Pool
 from scopedgpu._spirv import ShaderInfo, reflect
 from scopedgpu.algorithm import Algorithm, _AlgoHandle
 from scopedgpu.ops import Op
@@ -454,7 +454,8 @@ class Manager:
             # Fast path (tensor churn): a numpy array keeps its dtype.
             if data.dtype in self._dtypes_ok and data.size:
                 pool = st.pool
-                if kind == "device" and pool.import_align and pool.can_import(data.nbytes):
+                if kind == "device" and data.nbytes >= IMPORT_MIN and \
+                        pool.can_import(data.nbytes):
                     # Copy straight into memory the device can import (one copy, not two).
                     arr = aligned_empty(data.shape, data.dtype, pool.import_align)
                     np.copyto(arr, data)

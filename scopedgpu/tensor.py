@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import os
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from scopedgpu._base import Child, Handle
+from scopedgpu._base import Child, Handle, _ids
 from scopedgpu._errors import ScopedGPUError
 from scopedgpu._ffi import ffi
 from scopedgpu._pool import SMALL_LIMIT
@@ -125,7 +126,14 @@ class Tensor(Child):
     completion; so do not write data() between eval_async() and eval_await() of a
     sequence that syncs the tensor (eval() is unaffected).
     """
+    # Slots are quicker to set than a fresh __dict__ (tensors are made by the 100,000);
+    # "__dict__" keeps room for attributes of the user's own.
+    __slots__ = ("_shape", "_dtype", "_kind", "_nbytes", "_host", "_gpu", "_stage",
+                 "_zero_copy", "_mapped", "__dict__")
     _what = "tensor"
+    _gpu: Allocation
+    _stage: Allocation | None
+    _mapped: Allocation | None
 
     def __init__(self, manager: Manager, array: np.ndarray, kind: str):
         state = manager._state
@@ -135,6 +143,27 @@ class Tensor(Child):
         self._kind = kind
         self._nbytes = nbytes = array.nbytes
         self._host: np.ndarray | None = None if kind == "storage" else array
+        if kind == "device" and nbytes <= SMALL_LIMIT:
+            # The common small case (tensor churn): a device range and a staging range in
+            # one pool call, and Child.__init__ inlined.
+            with state.lock:
+                if state.closed:
+                    state.check_open()
+                if state.garbage or state.running:
+                    state.collect()
+                gpu, stage = state.pool.alloc_pair(nbytes)
+                handle.gpu = self._gpu = gpu
+                handle.stage = self._stage = self._mapped = stage
+                self._zero_copy = False
+                self._mgr = manager
+                self._id = next(_ids)
+                self._destroyed = False
+                self._handle = handle
+                ref: weakref.ref[Any] = weakref.ref(self, state.unreachable)
+                self._ref = ref
+                state.handles[ref] = handle
+                state.tensors.refs[ref] = None
+            return
         with state.lock:
             # Checked under the lock: another thread may have closed the manager since
             # Manager.tensor() checked, destroying the pool's device and its mappings.
@@ -143,11 +172,7 @@ class Tensor(Child):
             if state.garbage or state.running:
                 state.collect()
             pool = state.pool
-            if kind == "device" and nbytes <= SMALL_LIMIT:
-                # The common small case: device range and staging range in one call.
-                handle.gpu, handle.stage = pool.alloc_pair(nbytes)
-            else:
-                handle.gpu = pool.alloc(nbytes, "host" if kind == "host" else "device")
+            handle.gpu = pool.alloc(nbytes, "host" if kind == "host" else "device")
             try:
                 if kind == "device" and handle.stage is None:
                     if pool.import_align and pool.can_import(self._nbytes):
@@ -275,8 +300,9 @@ class Tensor(Child):
             if self._destroyed:
                 return
             self._destroyed = True
-            handle = state.handles.pop(self._ref, None)
-            state.tensors.discard(self)
+            ref = self._ref
+            handle = state.handles.pop(ref, None)
+            state.tensors.refs.pop(ref, None)
             if handle is not None:
                 if state.running:
                     state.release(handle)
