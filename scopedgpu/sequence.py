@@ -413,7 +413,7 @@ class Sequence(Child):
         state = self._state
         try:
             self._handle.complete()  # type: ignore[attr-defined]
-            if self._want_timestamps:
+            if self._want_timestamps and self._h is not None:  # None: destroyed (destroy())
                 n = len(self._ops) + 1
                 buf = ffi.new("uint64_t[]", n)
                 check(lib.sg_seq_timestamps(self._h, n, buf), f"reading timestamps of {self!r}")

@@ -193,16 +193,22 @@ def test_a_failed_fence_wait_leaves_the_sequence_running(mgr):
         assert seq.eval_await() is True
         np.testing.assert_array_equal(out.data(), np.arange(64, dtype=np.float32) ** 2)
         out.data()[:] = 0
-    # destroy() after a failed wait: the destruction waits, then completes it
-    seq.eval_async()
-    lib.sg_fault_set(1, DEVICE_LOST)
-    try:
-        with pytest.raises(sg.DeviceError, match="vkWaitForFences"):
-            seq.destroy()
-    finally:
-        lib.sg_fault_set(0, 0)
-    assert seq.destroyed and not seq._running
-    np.testing.assert_array_equal(out.data(), np.arange(64, dtype=np.float32) ** 2)
+    # destroy() after a failed wait: the destruction waits, then completes it (also with
+    # timestamps, which can no longer be read then)
+    seq.destroy()
+    for ts in (False, True) if mgr.device.timestamps else (False,):
+        out.data()[:] = 0
+        seq = mgr.sequence(timestamps=ts).record(sg.OpTensorSyncDevice([a]))
+        seq.record(sg.OpMult([a, a, out])).record(sg.OpTensorSyncLocal([out]))
+        seq.eval_async()
+        lib.sg_fault_set(1, DEVICE_LOST)
+        try:
+            with pytest.raises(sg.DeviceError, match="vkWaitForFences"):
+                seq.destroy()
+        finally:
+            lib.sg_fault_set(0, 0)
+        assert seq.destroyed and not seq._running
+        np.testing.assert_array_equal(out.data(), np.arange(64, dtype=np.float32) ** 2)
     a.destroy()
     out.destroy()
     mgr.empty_cache()
