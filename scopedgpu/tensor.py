@@ -143,14 +143,16 @@ class Tensor(Child):
         self._kind = kind
         self._nbytes = nbytes = array.nbytes
         self._host: np.ndarray | None = None if kind == "storage" else array
-        if kind == "device" and nbytes <= SMALL_LIMIT:
-            # The common small case (tensor churn): a device range and a staging range in
-            # one pool call, and Child.__init__ inlined.
-            with state.lock:
-                if state.closed:
-                    state.check_open()
-                if state.garbage or state.running:
-                    state.collect()
+        with state.lock:
+            # Checked under the lock: another thread may have closed the manager since
+            # Manager.tensor() checked, destroying the pool's device and its mappings.
+            if state.closed:
+                state.check_open()
+            if state.garbage or state.running:
+                state.collect()
+            if kind == "device" and nbytes <= SMALL_LIMIT:
+                # The common small case (tensor churn): a device range and a staging range
+                # in one pool call, and Child.__init__ inlined.
                 gpu, stage = state.pool.alloc_pair(nbytes)
                 handle.gpu = self._gpu = gpu
                 handle.stage = self._stage = self._mapped = stage
@@ -163,14 +165,7 @@ class Tensor(Child):
                 self._ref = ref
                 state.handles[ref] = handle
                 state.tensors.refs[ref] = None
-            return
-        with state.lock:
-            # Checked under the lock: another thread may have closed the manager since
-            # Manager.tensor() checked, destroying the pool's device and its mappings.
-            if state.closed:
-                state.check_open()
-            if state.garbage or state.running:
-                state.collect()
+                return
             pool = state.pool
             handle.gpu = pool.alloc(nbytes, "host" if kind == "host" else "device")
             try:
