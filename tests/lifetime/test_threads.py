@@ -36,6 +36,31 @@ def _run_threads(target, n):
         raise errors[0]
 
 
+def _close_under_threads(m: sg.Manager, step, delay: float) -> None:
+    """Runs step() over and over in 3 threads, closes m under them after `delay` seconds,
+    and checks that each thread stopped with DestroyedError and nothing else."""
+    errors: list[BaseException] = []
+
+    def loop():
+        try:
+            while True:
+                step()
+        except sg.DestroyedError:
+            pass
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=loop) for _ in range(3)]
+    for th in threads:
+        th.start()
+    time.sleep(delay)
+    m.close()
+    for th in threads:
+        th.join(timeout=60)
+        assert not th.is_alive()
+    assert not errors, errors
+
+
 def test_threads_create_evaluate_destroy(mgr):
     baseline = counts(mgr)
     spirv = {dt: add_one_spirv(dt) for dt in (np.float32, np.int32, np.uint32)}
@@ -120,27 +145,12 @@ def test_close_while_threads_wait(delay):
     m = sg.Manager()
     t = m.tensor(np.array([0, 1_000_000, 0, 0], np.uint32))
     algo = m.algorithm([t], slow_spirv(), workgroup=(16, 1, 1))
-    errors = []
 
-    def loop():
-        try:
-            while True:
-                with m.sequence() as seq:
-                    seq.record(sg.OpAlgoDispatch(algo)).eval()
-        except sg.DestroyedError:
-            pass
-        except BaseException as exc:
-            errors.append(exc)
+    def step():
+        with m.sequence() as seq:
+            seq.record(sg.OpAlgoDispatch(algo)).eval()
 
-    threads = [threading.Thread(target=loop) for _ in range(3)]
-    for th in threads:
-        th.start()
-    time.sleep(delay)
-    m.close()
-    for th in threads:
-        th.join(timeout=60)
-        assert not th.is_alive()
-    assert not errors, errors
+    _close_under_threads(m, step, delay)
     assert sg.live_vulkan_objects() == before
 
 
@@ -179,27 +189,12 @@ def test_close_while_threads_create_tensors(kind):
     before = sg.live_vulkan_objects()
     for _ in range(8):
         m = sg.Manager()
-        errors = []
 
-        def loop():
-            try:
-                while True:
-                    t = m.tensor(np.ones(4096, np.float32), kind=kind)
-                    if kind != "storage":
-                        assert t.data()[0] == 1
-                    t.destroy()
-            except sg.DestroyedError:
-                pass
-            except BaseException as exc:
-                errors.append(exc)
+        def step():
+            t = m.tensor(np.ones(4096, np.float32), kind=kind)
+            if kind != "storage":
+                assert t.data()[0] == 1
+            t.destroy()
 
-        threads = [threading.Thread(target=loop) for _ in range(3)]
-        for th in threads:
-            th.start()
-        time.sleep(0.005)
-        m.close()
-        for th in threads:
-            th.join(timeout=60)
-            assert not th.is_alive()
-        assert not errors, errors
+        _close_under_threads(m, step, 0.005)
     assert sg.live_vulkan_objects() == before
