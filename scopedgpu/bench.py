@@ -292,10 +292,9 @@ class Bench:
     def _saxpy_algo(self, n: int, kind: str = "storage"):
         x = self.mgr.empty(n, kind=kind)
         y = self.mgr.empty(n, kind=kind)
-        g = (n + 255) // 256
-        gx = min(g, 65535, self.info.max_workgroup_count[0])
-        gy = (g + gx - 1) // gx
-        algo = self.mgr.algorithm([x, y], self.spirv, workgroup=(gx, gy, 1), push_consts=[2.0])
+        from scopedgpu.ops import elementwise_groups
+        groups = elementwise_groups(n, self.info.max_workgroup_count[0])
+        algo = self.mgr.algorithm([x, y], self.spirv, workgroup=groups, push_consts=[2.0])
         return x, y, algo
 
     def bench_latency(self) -> None:
@@ -406,10 +405,27 @@ class Bench:
         self.results["sweeps"]["saxpy"] = sweep
         top = sweep[-1]
         ratio = top["scopedgpu_gbps"] / top["c_gbps"] if top["c_gbps"] else None
+        roof = self._copy_roof(top["n"], top["reps"])
         self.fig("saxpy", top["scopedgpu_gbps"], top["c_gbps"],
                  f"C: same shader, {SAXPY_K} dispatches per submit", "scopedgpu / C",
                  None if ratio is None else ratio >= SPEC_SAXPY_RATIO, n=top["n"],
-                 cupy=top["cupy_gbps"])
+                 cupy=top["cupy_gbps"], copy_roof_gbps=roof,
+                 roof_fraction=top["scopedgpu_gbps"] / roof if roof else None)
+        if roof:
+            self.p.say(f"saxpy at {top['scopedgpu_gbps'] / roof:.0%} of the copy roof "
+                       f"({roof:.1f} GB/s: a C copy kernel, same access pattern)")
+
+    def _copy_roof(self, n: int, reps: int) -> float | None:
+        """The device's copy bandwidth as a kernel sees it: the C yardstick running
+        copy_roof.spv (y = x, the saxpy kernel's access pattern) over n floats. The
+        yardstick counts saxpy's 12 bytes an element; a copy moves 8."""
+        from scopedgpu._shaders import _DIR
+        if self.c.exe is None:
+            return None
+        copy = Yardstick(self.c.exe, self.c.note, _DIR / "copy_roof.spv", self.info.index,
+                         self.p.say)
+        res = copy.run("saxpy", n, SAXPY_K, max(3, reps))
+        return res[0]["gbps"] * 8 / 12 if res else None
 
     def _cupy_saxpy(self, n: int, reps: int) -> float | None:
         try:
@@ -690,6 +706,11 @@ def table(results: dict) -> str:
     head = (f"scopedgpu bench on {meta.get('device')}{' (--quick)' if meta.get('quick') else ''}"
             f"\nyardstick: {meta.get('c_yardstick')}; CuPy: {meta.get('cupy') or 'not available'}")
     tail = []
+    sax = results["figures"].get("saxpy") or {}
+    if sax.get("roof_fraction"):
+        tail.append(f"saxpy: {sax['roof_fraction']:.0%} of the copy roof "
+                    f"({_num(sax['copy_roof_gbps'])} GB/s, a C copy kernel with the same "
+                    "access pattern)")
     if meta.get("device_type") == "cpu":
         tail.append("CPU device: absolute goals (per-second figures) are llvmpipe-bound; "
                     "the ratios are the goal here.")

@@ -197,6 +197,13 @@ class OpAlgoDispatch(Op):
                             len(self._push), x, y, z)
 
 
+def elementwise_groups(n: int, limit: int = 65535) -> tuple[int, int, int]:
+    """The grid of the built-in vectorised grid-stride shaders (256 invocations a group,
+    4 elements an invocation): one pass over n elements where it fits, never more than
+    65535 groups (every device's guaranteed maxComputeWorkGroupCount) or `limit`."""
+    return (max(1, min(-(-n // 1024), 65535, limit)), 1, 1)
+
+
 class OpMult(Op):
     """out = a * b elementwise, by a built-in shader (float32, int32 or uint32; all three
     tensors of one dtype and size)."""
@@ -224,7 +231,9 @@ class OpMult(Op):
         super()._bind(seq)
         from scopedgpu._shaders import builtin_spirv
         spirv = builtin_spirv(self._SHADERS[self.tensors[0].dtype])
-        algo = seq.manager.algorithm(self.tensors, spirv)
+        limit = seq.manager.device.max_workgroup_count[0]
+        algo = seq.manager.algorithm(self.tensors, spirv,
+                                     workgroup=elementwise_groups(self.tensors[0].size, limit))
         seq._own(algo)
         return OpAlgoDispatch(algo)
 
