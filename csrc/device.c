@@ -274,6 +274,7 @@ int sg_instance_device_info(sg_instance *inst, uint32_t index, sg_device_info *i
         info->max_workgroup_count[i] = p.limits.maxComputeWorkGroupCount[i];
     }
     info->max_workgroup_invocations = p.limits.maxComputeWorkGroupInvocations;
+    info->max_shared_memory_size = p.limits.maxComputeSharedMemorySize;
     info->max_push_constants_size = p.limits.maxPushConstantsSize;
     info->max_memory_allocation_count = p.limits.maxMemoryAllocationCount;
     info->max_bound_descriptor_sets = p.limits.maxBoundDescriptorSets;

@@ -62,6 +62,7 @@ typedef struct sg_device_info {
     uint32_t max_workgroup_size[3];
     uint32_t max_workgroup_invocations;
     uint32_t max_workgroup_count[3];
+    uint32_t max_shared_memory_size;  /* maxComputeSharedMemorySize, bytes */
     uint32_t subgroup_size;
     uint32_t max_push_constants_size;
     uint32_t max_memory_allocation_count;

@@ -4,6 +4,8 @@ from __future__ import annotations
 import collections
 import itertools
 import logging
+import math
+import numbers
 import os
 import threading
 import time
@@ -48,6 +50,22 @@ def _env_flag(name: str) -> bool | None:
     if v is None or v.strip() == "":
         return None
     return v.strip().lower() not in ("0", "false", "no", "off")
+
+
+def _bytes_limit(value: Any, source: str) -> int:
+    """A positive whole number of bytes from an int, a float such as 1e9, or a string of
+    either; ValueError (TypeError for a wrong type) naming `source` and the value."""
+    if isinstance(value, bool) or not isinstance(value, (numbers.Real, str)):
+        raise TypeError(f"{source} must be a positive number of bytes, not "
+                        f"{type(value).__name__} {value!r}")
+    try:
+        f = float(value)
+    except ValueError:
+        f = math.nan
+    if not math.isfinite(f) or f < 1 or f != math.floor(f):
+        raise ValueError(f"{source} must be a positive whole number of bytes (e.g. "
+                         f"1073741824 or 1e9), not {value!r}")
+    return int(value) if isinstance(value, int) else int(f)
 
 
 class _Program:
@@ -360,10 +378,11 @@ class Manager:
         _device.load_vulkan()
         if debug is None:
             debug = bool(_env_flag("SCOPEDGPU_DEBUG"))
-        if memory_limit is None and os.environ.get("SCOPEDGPU_MEMORY_LIMIT"):
-            memory_limit = int(float(os.environ["SCOPEDGPU_MEMORY_LIMIT"]))
-        if memory_limit is not None and memory_limit <= 0:
-            raise ValueError(f"memory_limit must be a positive number of bytes, not {memory_limit}")
+        if memory_limit is None and os.environ.get("SCOPEDGPU_MEMORY_LIMIT", "").strip():
+            memory_limit = _bytes_limit(os.environ["SCOPEDGPU_MEMORY_LIMIT"],
+                                        "the environment variable SCOPEDGPU_MEMORY_LIMIT")
+        elif memory_limit is not None:
+            memory_limit = _bytes_limit(memory_limit, "memory_limit")
         state = _State()
         self._state = state
         self._named: dict[str, Sequence] = {}   # keeps named sequences until deleted

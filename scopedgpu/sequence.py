@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 import weakref
 from typing import TYPE_CHECKING, Any
 
@@ -358,13 +359,20 @@ class Sequence(Child):
         return self
 
     def eval_await(self, timeout: float | None = None) -> bool:
-        """Waits for the last submission, at most `timeout` seconds (None: no limit).
-        True when it completed (the host copies of OpTensorSyncLocal are then done);
-        False on timeout, and the sequence still counts as running. A wait the driver
-        fails raises DeviceError, and the sequence also still counts as running."""
+        """Waits for the last submission, at most `timeout` seconds (None or math.inf: no
+        limit). True when it completed (the host copies of OpTensorSyncLocal are then
+        done); False on timeout, and the sequence still counts as running. A wait the
+        driver fails raises DeviceError, and the sequence also still counts as running."""
         self._check()
-        if timeout is not None and (math.isnan(timeout) or timeout < 0):
-            raise ValueError(f"timeout must be None or >= 0 seconds, not {timeout!r}")
+        if timeout is not None:
+            if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
+                raise TypeError(f"{self!r}.eval_await(): timeout must be None or a number "
+                                f"of seconds, not {type(timeout).__name__} {timeout!r}")
+            if math.isnan(timeout) or timeout < 0:
+                raise ValueError(f"{self!r}.eval_await(): timeout must be None or >= 0 "
+                                 f"seconds, not {timeout!r}")
+            if timeout >= 2**64 / 1e9:   # math.inf, or beyond what a fence wait counts
+                timeout = None
         return self._wait(timeout)
 
     def _wait(self, timeout: float | None) -> bool:
