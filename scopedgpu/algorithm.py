@@ -293,22 +293,34 @@ class Algorithm(Child):
         with state.lock:
             state.check_open()
             state.collect()
-            program = state.get_program(spirv, info, spec)
-            try:
-                blocks = ffi.new("sg_block *[]", [t._gpu.block.handle for t in tensors] or [ffi.NULL])
-                offsets = ffi.new("uint64_t[]", [t._gpu.offset for t in tensors] or [0])
-                ranges = ffi.new("uint64_t[]", [t.nbytes for t in tensors] or [0])
-                out = ffi.new("sg_dset **")
-                rc = lib.sg_dset_create(state.dev, program.handle, len(tensors), blocks,
-                                        offsets, ranges, out)
-                check(rc, f"creating the descriptor set of {what}")
-            except BaseException:
-                state.unref_program(program)
-                raise
-            super().__init__(manager, _AlgoHandle(out[0], program))
-            state.algorithms.add(self)
             if state.debug:
-                state.check_validation(f"creating {self!r}")
+                state.stale_validation(f"creating {what}")
+            try:
+                program = state.get_program(spirv, info, spec)
+                try:
+                    blocks = ffi.new("sg_block *[]",
+                                     [t._gpu.block.handle for t in tensors] or [ffi.NULL])
+                    offsets = ffi.new("uint64_t[]", [t._gpu.offset for t in tensors] or [0])
+                    ranges = ffi.new("uint64_t[]", [t.nbytes for t in tensors] or [0])
+                    out = ffi.new("sg_dset **")
+                    rc = lib.sg_dset_create(state.dev, program.handle, len(tensors), blocks,
+                                            offsets, ranges, out)
+                    check(rc, f"creating the descriptor set of {what}")
+                except BaseException:
+                    state.unref_program(program)
+                    raise
+                super().__init__(manager, _AlgoHandle(out[0], program))
+                state.algorithms.add(self)
+            except BaseException as exc:
+                if state.debug:
+                    state.validation_failed(exc, f"creating {what}")
+                raise
+            if state.debug:
+                try:
+                    state.check_validation(f"creating {self!r}")
+                except BaseException:
+                    self.destroy()
+                    raise
 
     def _check_push(self, push: bytes, what: str) -> bytes:
         need = self._info.push_constant_size

@@ -204,10 +204,13 @@ class _State:
         for _, handle in ready:
             handle.release(self, False)
 
-    def check_validation(self, what: str) -> None:
-        """Debug mode: validation warnings go to the log, errors raise ValidationError."""
+    def take_validation(self) -> tuple[list[str], int]:
+        """Debug mode: takes the layer's messages (forgetting them: a message belongs to
+        the call that caused it, never to a later one) and logs the warnings; returns the
+        error texts and the error count (more than the texts when the shim's buffer
+        overflowed)."""
         if not self.debug or self.inst is None or lib.sg_instance_pending(self.inst) == 0:
-            return
+            return [], 0
         nerr = ffi.new("int *")
         lib.sg_instance_messages(self.inst, self.msg_buf, len(self.msg_buf), nerr)
         text = ffi.string(self.msg_buf).decode(errors="replace")
@@ -217,9 +220,39 @@ class _State:
                 errors.append(line[2:])
             elif line.startswith("W "):
                 log.warning("Vulkan validation: %s", line[2:])
-        if errors:
-            raise ValidationError(f"{what}: the validation layer reported "
-                                  f"{len(errors)} error(s):\n" + "\n".join(errors))
+        return errors, max(nerr[0], len(errors))
+
+    def check_validation(self, what: str) -> None:
+        """Debug mode, after a call succeeded: validation warnings go to the log, errors
+        raise ValidationError naming the call."""
+        errors, n = self.take_validation()
+        if n:
+            more = (f"\n({n - len(errors)} more whose text did not fit the buffer)"
+                    if n > len(errors) else "")
+            raise ValidationError(f"{what}: the validation layer reported {n} error(s):\n"
+                                  + "\n".join(errors) + more)
+
+    def stale_validation(self, what: str) -> None:
+        """Debug mode, before a call: messages still waiting belong to an earlier call that
+        did not collect them; they are logged as such, never raised by this one."""
+        errors, n = self.take_validation()
+        if n:
+            log.error("Vulkan validation: %d error(s) of an earlier call, reported before "
+                      "%s:\n%s", n, what, "\n".join(errors))
+
+    def validation_failed(self, exc: BaseException, what: str) -> None:
+        """Debug mode, when a call failed: the layer's messages of that call go with its
+        exception (a note), so that they are neither lost nor raised by the next call."""
+        errors, n = self.take_validation()
+        if not n:
+            return
+        note = (f"{what}: the validation layer also reported {n} error(s):\n"
+                + "\n".join(errors))
+        add_note = getattr(exc, "add_note", None)   # Python 3.11+
+        if add_note is not None:
+            add_note(note)
+        else:
+            log.error("%s", note)
 
     # -- shaders -------------------------------------------------------------------------
     def reflect(self, spirv: Any) -> ShaderInfo:
@@ -252,13 +285,24 @@ class _State:
                 self.dev, code, len(spirv), len(info.bindings), info.push_constant_size, n,
                 ffi.new("uint32_t[]", ids or [0]), ffi.new("uint32_t[]", offsets or [0]),
                 ffi.new("uint32_t[]", sizes or [0]), blob or ffi.NULL, len(blob), out)
-            if rc in (-3, -1000012000, -13):  # INITIALIZATION_FAILED, INVALID_SHADER, UNKNOWN
-                raise ShaderError(f"the driver rejected the shader ({len(spirv)} bytes of "
-                                  f"SPIR-V): {ffi.string(lib.sg_last_call()).decode()} failed")
-            check(rc, "creating a compute pipeline")
+            try:
+                if rc in (-3, -1000012000, -13):  # INITIALIZATION_FAILED, INVALID_SHADER, UNKNOWN
+                    raise ShaderError(f"the driver rejected the shader ({len(spirv)} bytes "
+                                      f"of SPIR-V): {ffi.string(lib.sg_last_call()).decode()} "
+                                      "failed")
+                check(rc, "creating a compute pipeline")
+            except BaseException as exc:
+                self.validation_failed(exc, "creating a compute pipeline")
+                raise
+            try:
+                self.check_validation("creating a compute pipeline")
+            except BaseException:
+                # Not cached: the same shader must raise again, not reuse a pipeline the
+                # layer rejected.
+                lib.sg_program_destroy(out[0])
+                raise
             prog = _Program(out[0], key)
             self.programs[key] = prog
-            self.check_validation("creating a compute pipeline")
         self.unused_programs.pop(key, None)
         prog.refs += 1
         return prog
@@ -548,9 +592,12 @@ class Manager:
             check(lib.sg_seq_end(h), what)
             check(lib.sg_seq_submit(h), what)
             check(lib.sg_seq_wait(h, 2**64 - 1, SPIN_NS), what)
-        finally:
+        except BaseException as exc:
             lib.sg_seq_destroy(h)
-            st.check_validation(what)
+            st.validation_failed(exc, what)
+            raise
+        lib.sg_seq_destroy(h)
+        st.check_validation(what)
 
     # -- algorithms and sequences -----------------------------------------------------------
     def algorithm(self, tensors: Seq[Tensor], spirv: bytes, workgroup: Seq[int] | None = None,
