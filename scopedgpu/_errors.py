@@ -64,6 +64,15 @@ _RESULTS = {
     lib.SG_ERR_NO_LOADER: "SG_ERR_NO_LOADER", lib.SG_ERR_NO_DEVICE: "SG_ERR_NO_DEVICE",
     lib.SG_ERR_ARGUMENT: "SG_ERR_ARGUMENT", lib.SG_ERR_MEMORY_TYPE: "SG_ERR_MEMORY_TYPE",
     lib.SG_ERR_NO_QUEUE: "SG_ERR_NO_QUEUE", lib.SG_ERR_NO_LAYER: "SG_ERR_NO_LAYER",
+    lib.SG_ERR_RANGE: "SG_ERR_RANGE", lib.SG_ERR_NO_FUNCTION: "SG_ERR_NO_FUNCTION",
+    lib.SG_ERR_NOT_READY: "SG_ERR_NOT_READY",
+}
+# What the shim's own codes mean, for the message.
+_MEANING = {
+    lib.SG_ERR_ARGUMENT: "an argument the shim refuses",
+    lib.SG_ERR_RANGE: "an offset and size that reach outside the memory block (or the "
+                      "timestamps) they refer to; nothing was bound or recorded",
+    lib.SG_ERR_NOT_READY: "results asked for before the GPU wrote them",
 }
 _OOM = {-1, -2, -1000069000, -1000161000}
 
@@ -80,8 +89,13 @@ def check(rc: int, what: str) -> None:
     call = ffi.string(lib.sg_last_call()).decode()
     name = result_name(rc)
     msg = f"{what}: {call} failed with {name}"
+    if rc in _MEANING:
+        msg += f" ({_MEANING[rc]})"
     if rc in _OOM:
         raise OutOfMemoryError(msg, result=name, call=call, code=rc)
+    if rc == lib.SG_ERR_NO_FUNCTION:
+        raise NoDeviceError(f"{what}: the Vulkan loader or driver does not provide {call} "
+                            f"({name}); update or reinstall the Vulkan driver")
     if rc in (lib.SG_ERR_NO_LOADER, lib.SG_ERR_NO_DEVICE, -9):
         raise NoDeviceError(msg)
     raise DeviceError(msg, result=name, call=call, code=rc)

@@ -185,6 +185,7 @@ class Sequence(Child):
         self._running = False
         self._inflight: frozenset[Handle] = frozenset()
         self._timestamps: list[int] | None = None
+        self._nts = 0    # timestamps the command buffer writes (its last recording)
         # What eval needs, gathered at record time so that re-evaluation does no more
         # Python work than it must (see _note_recorded).
         self._objs: list[Any] = []               # must be alive at eval
@@ -422,7 +423,8 @@ class Sequence(Child):
         try:
             self._handle.complete()  # type: ignore[attr-defined]
             if self._want_timestamps and self._h is not None:  # None: destroyed (destroy())
-                n = len(self._ops) + 1
+                # As many as the recording wrote: ops recorded while it ran have none yet.
+                n = self._nts
                 buf = ffi.new("uint64_t[]", n)
                 check(lib.sg_seq_timestamps(self._h, n, buf), f"reading timestamps of {self!r}")
                 period = state.info.timestamp_period
@@ -460,6 +462,7 @@ class Sequence(Child):
             check(rc, f"recording {self!r}")
         self._rec_inflight = frozenset(o._handle for o in self._objs)
         self._handle.sig = self._sig  # type: ignore[attr-defined]
+        self._nts = n + 1 if ts else 0
         self._dirty = False
 
     def _grow_queries(self, need: int) -> None:
