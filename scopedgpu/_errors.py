@@ -1,6 +1,9 @@
 """Exception classes and the one function that turns a shim return code into one."""
 from __future__ import annotations
 
+import weakref
+from typing import Any, NoReturn
+
 from scopedgpu._ffi import ffi, lib
 
 __all__ = [
@@ -77,6 +80,24 @@ _MEANING = {
 _OOM = {-1, -2, -1000069000, -1000161000}
 
 
+# The states of the managers with the validation layer on. When a call fails, what the
+# layer reported during it goes with the exception (manager._State.validation_failed),
+# so that a later, valid call never raises it as its own.
+debug_states: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def _raise(exc: Exception, what: str) -> NoReturn:
+    for state in list(debug_states):
+        # Never blocks: a manager another thread holds is busy with a call of its own,
+        # which collects its messages itself (and lock order is not ours to impose).
+        if state.lock.acquire(blocking=False):
+            try:
+                state.validation_failed(exc, what)
+            finally:
+                state.lock.release()
+    raise exc
+
+
 def result_name(code: int) -> str:
     return _RESULTS.get(code, f"VkResult({code})")
 
@@ -92,10 +113,10 @@ def check(rc: int, what: str) -> None:
     if rc in _MEANING:
         msg += f" ({_MEANING[rc]})"
     if rc in _OOM:
-        raise OutOfMemoryError(msg, result=name, call=call, code=rc)
+        _raise(OutOfMemoryError(msg, result=name, call=call, code=rc), what)
     if rc == lib.SG_ERR_NO_FUNCTION:
-        raise NoDeviceError(f"{what}: the Vulkan loader or driver does not provide {call} "
-                            f"({name}); update or reinstall the Vulkan driver")
+        _raise(NoDeviceError(f"{what}: the Vulkan loader or driver does not provide {call} "
+                             f"({name}); update or reinstall the Vulkan driver"), what)
     if rc in (lib.SG_ERR_NO_LOADER, lib.SG_ERR_NO_DEVICE, -9):
-        raise NoDeviceError(msg)
-    raise DeviceError(msg, result=name, call=call, code=rc)
+        _raise(NoDeviceError(msg), what)
+    _raise(DeviceError(msg, result=name, call=call, code=rc), what)

@@ -15,7 +15,7 @@ from typing import Any, Sequence as Seq
 
 import numpy as np
 
-from scopedgpu import _device
+from scopedgpu import _device, _errors
 from scopedgpu._base import ChildSet, Handle
 from scopedgpu._errors import DestroyedError, ShaderError, ValidationError, check
 from scopedgpu._ffi import ffi, lib
@@ -449,6 +449,8 @@ class Manager:
                     raise _device.NoDeviceError(f"{exc}. {_device.INSTALL_HINT}") from exc
             state.inst = out[0]
             state.debug = bool(debug)
+            if state.debug:
+                _errors.debug_states.add(state)
             info = _device.choose_device(_device.enumerate_devices(state.inst), device)
             dout = ffi.new("sg_device **")
             check(lib.sg_device_create(state.inst, info.index, min(info.queue_count, 8), dout),

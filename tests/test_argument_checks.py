@@ -294,3 +294,34 @@ def test_a_pipeline_the_layer_rejects_is_not_cached(glsl):
         algo = m.algorithm([f], glsl(shaders.ADD_ONE))
         m.run(sg.OpAlgoDispatch(algo), sg.OpTensorSyncLocal([f]))
         np.testing.assert_array_equal(f.data(), np.ones(64, np.float32))
+
+
+@pytest.mark.allow_scopedgpu_log
+def test_a_failed_call_carries_the_validation_messages_pending(glsl, caplog):
+    """When a call fails (here vkDeviceWaitIdle, made to fail), what the layer reported
+    and no call collected goes with that exception as a note; the next, valid call does
+    not raise it."""
+    m = _debug_manager()
+    with m:
+        seq = m.sequence()
+        h = seq._h
+        lib.sg_seq_begin(h)
+        lib.sg_seq_barrier(h, 0x800, 0x2000, 0x800, 0x20)   # srcAccessMask misfits its stage
+        lib.sg_seq_end(h)
+        lib.sg_fault_set(1, -4)   # VK_ERROR_DEVICE_LOST
+        try:
+            with pytest.raises(sg.DeviceError, match="vkDeviceWaitIdle failed") as info:
+                m.wait_idle()
+        finally:
+            lib.sg_fault_set(0, 0)
+        # An exception note (Python 3.11+); before 3.11 the same text is logged.
+        notes = getattr(info.value, "__notes__", None) or [
+            r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+        assert len(notes) == 1 and "srcAccessMask" in notes[0]
+        assert "waiting for the device to be idle: the validation layer also reported" \
+            in notes[0]
+        t = m.tensor(np.zeros(64, np.float32))
+        algo = m.algorithm([t], glsl(shaders.ADD_ONE))
+        m.run(sg.OpAlgoDispatch(algo), sg.OpTensorSyncLocal([t]))
+        np.testing.assert_array_equal(t.data(), np.ones(64, np.float32))
+        seq.destroy()
