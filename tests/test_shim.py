@@ -4,8 +4,10 @@ and size is checked against its block before Vulkan sees it; a Vulkan function t
 loader or driver lacks is a clear error naming it, never a call through NULL."""
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,7 +17,7 @@ from scopedgpu._errors import check
 from scopedgpu._ffi import ffi, lib
 from scopedgpu.manager import live_vulkan_objects
 from tests import shaders
-from tests.conftest import source_env
+from tests.conftest import ROOT, source_env
 
 
 def _needs_timestamps(mgr):
@@ -144,6 +146,33 @@ def test_a_missing_vulkan_function_is_named(name, where):
         a = m.tensor([1.0, 2.0])
         m.run(sg.OpTensorSyncDevice([a]), sg.OpMult([a, a, a]), sg.OpTensorSyncLocal([a]))
         np.testing.assert_array_equal(a.data(), [1.0, 4.0])
+
+
+def _required_functions() -> list[str]:
+    """The functions the shim loads for every instance and device (csrc/sg_internal.h)."""
+    text = (Path(ROOT) / "csrc" / "sg_internal.h").read_text()
+    out = []
+    for macro in ("SG_INSTANCE_FUNCS", "SG_DEVICE_FUNCS"):
+        body = re.search(rf"#define {macro}\(X\)(.*?)\n\n", text, re.S)
+        assert body is not None, macro
+        out += re.findall(r"X\((\w+)\)", body.group(1))
+    return out
+
+
+def test_every_required_function_is_checked():
+    """Each function the shim loads, missing in turn: NoDeviceError naming it, nothing
+    left alive (a call through a NULL pointer would kill the process instead)."""
+    names = _required_functions()
+    assert len(names) > 40 and "vkCmdDispatch" in names and "vkDestroyInstance" in names
+    before = live_vulkan_objects()
+    for name in names:
+        lib.sg_fault_missing(name.encode())
+        try:
+            with pytest.raises(sg.NoDeviceError, match=rf"does not provide {name} "):
+                sg.Manager()
+        finally:
+            lib.sg_fault_missing(ffi.NULL)
+        assert live_vulkan_objects() == before, name
 
 
 def test_a_missing_loader_function_is_named():
