@@ -32,7 +32,7 @@ static int has_layer(const char *name) {
     VkLayerProperties *props = calloc(n, sizeof *props);
     if (!props) return 0;
     int found = 0;
-    if (sg__gvk.vkEnumerateInstanceLayerProperties(&n, props) == VK_SUCCESS)
+    if (sg__gvk.vkEnumerateInstanceLayerProperties(&n, props) >= 0)  /* VK_INCOMPLETE: a prefix */
         for (uint32_t i = 0; i < n; i++)
             if (strcmp(props[i].layerName, name) == 0) found = 1;
     free(props);
@@ -45,7 +45,7 @@ static int has_instance_extension(const char *name) {
     VkExtensionProperties *props = calloc(n ? n : 1, sizeof *props);
     if (!props) return 0;
     int found = 0;
-    if (sg__gvk.vkEnumerateInstanceExtensionProperties(NULL, &n, props) == VK_SUCCESS)
+    if (sg__gvk.vkEnumerateInstanceExtensionProperties(NULL, &n, props) >= 0)
         for (uint32_t i = 0; i < n; i++)
             if (strcmp(props[i].extensionName, name) == 0) found = 1;
     free(props);
@@ -110,9 +110,13 @@ int sg_instance_create(int debug, sg_instance **out) {
     SG_VK("vkCreateInstance", sg__gvk.vkCreateInstance(&ci, NULL, &inst->instance));
     sg__live_add(NULL, SG_LIVE_INSTANCES, 1);
 #define SG_LOAD_INSTANCE(name) \
-    inst->vk.name = (PFN_##name)sg__get_instance_proc(inst->instance, #name);
+    SG_LOAD_REQUIRED(sg__get_instance_proc, inst->instance, inst->vk, name)
+#define SG_LOAD_INSTANCE_OPT(name) \
+    SG_LOAD_OPTIONAL(sg__get_instance_proc, inst->instance, inst->vk, name)
     SG_INSTANCE_FUNCS(SG_LOAD_INSTANCE)
+    SG_INSTANCE_OPTIONAL_FUNCS(SG_LOAD_INSTANCE_OPT)
 #undef SG_LOAD_INSTANCE
+#undef SG_LOAD_INSTANCE_OPT
     if (use_messenger) {
         PFN_vkCreateDebugUtilsMessengerEXT create = (PFN_vkCreateDebugUtilsMessengerEXT)
             sg__get_instance_proc(inst->instance, "vkCreateDebugUtilsMessengerEXT");
@@ -138,8 +142,16 @@ void sg_instance_destroy(sg_instance *inst) {
         sg__live_add(NULL, SG_LIVE_MESSENGERS, -1);
     }
     if (inst->instance) {
-        inst->vk.vkDestroyInstance(inst->instance, NULL);
-        sg__live_add(NULL, SG_LIVE_INSTANCES, -1);
+        /* Creation fails when a required function is missing: ask the loader itself for
+         * this one (the table may not have it); without it the instance cannot go. */
+        PFN_vkDestroyInstance destroy = inst->vk.vkDestroyInstance;
+        if (!destroy)
+            destroy = (PFN_vkDestroyInstance)sg__get_instance_proc(inst->instance,
+                                                                   "vkDestroyInstance");
+        if (destroy) {
+            destroy(inst->instance, NULL);
+            sg__live_add(NULL, SG_LIVE_INSTANCES, -1);
+        }
     }
     pthread_mutex_destroy(&inst->msg_lock);
     free(inst->msgs);
@@ -179,8 +191,8 @@ static int get_physical(sg_instance *inst, uint32_t index, VkPhysicalDevice *out
     if (index >= n) SG_FAIL("vkEnumeratePhysicalDevices", SG_ERR_NO_DEVICE);
     devs = calloc(n, sizeof *devs);
     if (!devs) SG_FAIL("calloc", VK_ERROR_OUT_OF_HOST_MEMORY);
-    VkResult r = inst->vk.vkEnumeratePhysicalDevices(inst->instance, &n, devs);
-    if (r != VK_SUCCESS && r != VK_INCOMPLETE) SG_VK("vkEnumeratePhysicalDevices", r);
+    /* VK_INCOMPLETE: devices went away between the two calls; n says how many came. */
+    SG_VK("vkEnumeratePhysicalDevices", inst->vk.vkEnumeratePhysicalDevices(inst->instance, &n, devs));
     if (index >= n) SG_FAIL("vkEnumeratePhysicalDevices", SG_ERR_NO_DEVICE);
     *out = devs[index];
 fail:
@@ -203,7 +215,7 @@ static int has_device_extension(sg_instance *inst, VkPhysicalDevice phys, const 
     VkExtensionProperties *props = calloc(n ? n : 1, sizeof *props);
     if (!props) return 0;
     int found = 0;
-    if (inst->vk.vkEnumerateDeviceExtensionProperties(phys, NULL, &n, props) == VK_SUCCESS)
+    if (inst->vk.vkEnumerateDeviceExtensionProperties(phys, NULL, &n, props) >= 0)
         for (uint32_t i = 0; i < n; i++)
             if (strcmp(props[i].extensionName, name) == 0) found = 1;
     free(props);
@@ -274,6 +286,7 @@ int sg_instance_device_info(sg_instance *inst, uint32_t index, sg_device_info *i
         info->max_workgroup_count[i] = p.limits.maxComputeWorkGroupCount[i];
     }
     info->max_workgroup_invocations = p.limits.maxComputeWorkGroupInvocations;
+    info->max_shared_memory_size = p.limits.maxComputeSharedMemorySize;
     info->max_push_constants_size = p.limits.maxPushConstantsSize;
     info->max_memory_allocation_count = p.limits.maxMemoryAllocationCount;
     info->max_bound_descriptor_sets = p.limits.maxBoundDescriptorSets;
@@ -411,9 +424,14 @@ int sg_device_create(sg_instance *inst, uint32_t index, uint32_t nqueues, sg_dev
                              .pEnabledFeatures = modern ? NULL : &en.features};
     SG_VK("vkCreateDevice", inst->vk.vkCreateDevice(phys, &ci, NULL, &dev->device));
     sg__live_add(dev, SG_LIVE_DEVICES, 1);
-#define SG_LOAD_DEVICE(name) dev->vk.name = (PFN_##name)inst->vk.vkGetDeviceProcAddr(dev->device, #name);
+#define SG_LOAD_DEVICE(name) \
+    SG_LOAD_REQUIRED(inst->vk.vkGetDeviceProcAddr, dev->device, dev->vk, name)
+#define SG_LOAD_DEVICE_OPT(name) \
+    SG_LOAD_OPTIONAL(inst->vk.vkGetDeviceProcAddr, dev->device, dev->vk, name)
     SG_DEVICE_FUNCS(SG_LOAD_DEVICE)
+    SG_DEVICE_OPTIONAL_FUNCS(SG_LOAD_DEVICE_OPT)
 #undef SG_LOAD_DEVICE
+#undef SG_LOAD_DEVICE_OPT
     for (uint32_t i = 0; i < nqueues; i++)
         dev->vk.vkGetDeviceQueue(dev->device, dev->queue_family, i, &dev->queues[i]);
     *out = dev;
@@ -428,9 +446,18 @@ void sg_device_destroy(sg_device *dev) {
     if (dev->device) {
         /* vkDestroyDevice: "All child objects created using device must have been
          * destroyed prior to destroying device", and no work may be pending on it. */
-        dev->vk.vkDeviceWaitIdle(dev->device);
-        dev->vk.vkDestroyDevice(dev->device, NULL);
-        sg__live_add(dev, SG_LIVE_DEVICES, -1);
+        PFN_vkGetDeviceProcAddr get = dev->inst->vk.vkGetDeviceProcAddr;
+        PFN_vkDeviceWaitIdle wait = dev->vk.vkDeviceWaitIdle;
+        PFN_vkDestroyDevice destroy = dev->vk.vkDestroyDevice;
+        /* As for the instance: a device whose table is incomplete (creation failed on a
+         * missing function) asks the driver for these two directly. */
+        if (!wait) wait = (PFN_vkDeviceWaitIdle)get(dev->device, "vkDeviceWaitIdle");
+        if (!destroy) destroy = (PFN_vkDestroyDevice)get(dev->device, "vkDestroyDevice");
+        if (wait) wait(dev->device);
+        if (destroy) {
+            destroy(dev->device, NULL);
+            sg__live_add(dev, SG_LIVE_DEVICES, -1);
+        }
     }
     free(dev);
 }

@@ -34,6 +34,17 @@ void sg_fault_set(int64_t countdown, int32_t result) {
 
 int64_t sg_fault_calls(void) { return __atomic_load_n(&fault_calls, __ATOMIC_SEQ_CST); }
 
+static char fault_missing[128];  /* set by tests before any loading, from one thread */
+
+void sg_fault_missing(const char *name) {
+    snprintf(fault_missing, sizeof fault_missing, "%s", name ? name : "");
+}
+
+PFN_vkVoidFunction sg__loaded(const char *name, PFN_vkVoidFunction fn) {
+    if (fault_missing[0] && strcmp(name, fault_missing) == 0) return NULL;
+    return fn;
+}
+
 int sg__fault_hit(void) {
     __atomic_add_fetch(&fault_calls, 1, __ATOMIC_RELAXED);
     if (__atomic_load_n(&fault_countdown, __ATOMIC_RELAXED) <= 0) return 0;
@@ -79,13 +90,17 @@ int sg_loader_open(const char *path, char *err, size_t errlen) {
         rc = SG_ERR_NO_LOADER;
         goto done;
     }
-#define SG_LOAD_GLOBAL(name) sg__gvk.name = (PFN_##name)gipa(NULL, #name);
+    const char *missing = NULL;
+#define SG_LOAD_GLOBAL(name)                                                     \
+    sg__gvk.name = (PFN_##name)sg__loaded(#name, gipa(NULL, #name));             \
+    if (!sg__gvk.name && !missing) missing = #name;
     SG_GLOBAL_FUNCS(SG_LOAD_GLOBAL)
 #undef SG_LOAD_GLOBAL
-    if (!sg__gvk.vkCreateInstance) {
-        if (err && errlen) snprintf(err, errlen, "the Vulkan loader has no vkCreateInstance");
+    if (missing) {
+        if (err && errlen) snprintf(err, errlen, "the Vulkan loader has no %s", missing);
         dlclose(h);
-        sg__set_error("vkGetInstanceProcAddr");
+        memset(&sg__gvk, 0, sizeof sg__gvk);
+        sg__set_error(missing);
         rc = SG_ERR_NO_LOADER;
         goto done;
     }

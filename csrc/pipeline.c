@@ -74,6 +74,9 @@ int sg_program_create(sg_device *dev, const uint32_t *code, size_t code_bytes,
         .layout = prog->layout};
     SG_VK("vkCreateComputePipelines",
           dev->vk.vkCreateComputePipelines(dev->device, VK_NULL_HANDLE, 1, &cpci, NULL, &prog->pipeline));
+    /* VK_PIPELINE_COMPILE_REQUIRED (a success code, only asked for by a flag not set
+     * here) comes without a pipeline. */
+    if (!prog->pipeline) SG_FAIL("vkCreateComputePipelines", VK_ERROR_UNKNOWN);
     sg__live_add(dev, SG_LIVE_PIPELINES, 1);
     *out = prog;
     return 0;
@@ -112,7 +115,14 @@ int sg_dset_create(sg_device *dev, sg_program *prog, uint32_t n, sg_block *const
                    const uint64_t *offsets, const uint64_t *ranges, sg_dset **out) {
     int rc = 0;
     sg_dset *ds = NULL;
-    if (n != prog->nbindings) SG_FAIL("sg_dset_create", SG_ERR_ARGUMENT);
+    if (n != prog->nbindings || n > SG_MAX_BINDINGS) SG_FAIL("sg_dset_create", SG_ERR_ARGUMENT);
+    /* VkDescriptorBufferInfo: "offset must be less than the size of buffer" and "range
+     * must be less than or equal to the size of buffer minus offset"; a shader would
+     * otherwise reach memory past the block. */
+    for (uint32_t i = 0; i < n; i++)
+        if (!blocks[i] || ranges[i] == 0 || offsets[i] >= blocks[i]->size ||
+            ranges[i] > blocks[i]->size - offsets[i])
+            SG_FAIL("sg_dset_create", SG_ERR_RANGE);
     ds = calloc(1, sizeof *ds);
     if (!ds) SG_FAIL("calloc", VK_ERROR_OUT_OF_HOST_MEMORY);
     ds->dev = dev;

@@ -69,14 +69,36 @@ int sg_seq_begin(sg_seq *seq) {
     sg_device *dev = seq->dev;
     SG_VK("vkResetCommandPool", dev->vk.vkResetCommandPool(dev->device, seq->pool, 0));
     VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+    seq->nwritten = 0;
+    seq->error = 0;
+    seq->error_call = NULL;
     SG_VK("vkBeginCommandBuffer", dev->vk.vkBeginCommandBuffer(seq->cmd, &bi));
     if (seq->queries) dev->vk.vkCmdResetQueryPool(seq->cmd, seq->queries, 0, seq->nqueries);
 fail:
     return rc;
 }
 
+/* A command refused while recording: the first one is reported by sg_seq_end. */
+static void refuse(sg_seq *seq, const char *call, int code) {
+    if (!seq->error) {
+        seq->error = code;
+        seq->error_call = call;
+    }
+}
+
+/* [offset, offset + size) inside the block, without overflow. */
+static int in_block(const sg_block *blk, uint64_t offset, uint64_t size) {
+    return blk && size > 0 && offset < blk->size && size <= blk->size - offset;
+}
+
 void sg_seq_copy(sg_seq *seq, sg_block *src, uint64_t src_offset, sg_block *dst,
                  uint64_t dst_offset, uint64_t size) {
+    /* vkCmdCopyBuffer: "The size member of each element of pRegions must be less than or
+     * equal to the size of srcBuffer minus srcOffset" (and likewise for dstBuffer). */
+    if (!in_block(src, src_offset, size) || !in_block(dst, dst_offset, size)) {
+        refuse(seq, "sg_seq_copy", SG_ERR_RANGE);
+        return;
+    }
     VkBufferCopy region = {.srcOffset = src_offset, .dstOffset = dst_offset, .size = size};
     seq->dev->vk.vkCmdCopyBuffer(seq->cmd, src->buffer, dst->buffer, 1, &region);
 }
@@ -92,6 +114,12 @@ void sg_seq_barrier(sg_seq *seq, uint32_t src_stages, uint32_t src_access,
 void sg_seq_dispatch(sg_seq *seq, sg_program *prog, sg_dset *ds, const void *push,
                      uint32_t push_size, uint32_t x, uint32_t y, uint32_t z) {
     sg_device *dev = seq->dev;
+    /* vkCmdPushConstants: "offset + size must be less than or equal to" the layout's
+     * range, and size "must be a multiple of 4". */
+    if (push_size > prog->push_size || push_size % 4 || (push_size && !push)) {
+        refuse(seq, "sg_seq_dispatch", SG_ERR_ARGUMENT);
+        return;
+    }
     dev->vk.vkCmdBindPipeline(seq->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, prog->pipeline);
     if (ds)
         dev->vk.vkCmdBindDescriptorSets(seq->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, prog->layout, 0,
@@ -102,15 +130,24 @@ void sg_seq_dispatch(sg_seq *seq, sg_program *prog, sg_dset *ds, const void *pus
     dev->vk.vkCmdDispatch(seq->cmd, x, y, z);
 }
 
+/* Timestamps are written in order, 0, 1, 2, ...: sg_seq_timestamps reads the first
+ * nwritten. */
 void sg_seq_timestamp(sg_seq *seq, uint32_t query) {
-    if (seq->queries && query < seq->nqueries)
-        seq->dev->vk.vkCmdWriteTimestamp(seq->cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT,
-                                         seq->queries, query);
+    if (!seq->queries || query != seq->nwritten || query >= seq->nqueries) {
+        refuse(seq, "sg_seq_timestamp", SG_ERR_RANGE);
+        return;
+    }
+    seq->dev->vk.vkCmdWriteTimestamp(seq->cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT,
+                                     seq->queries, query);
+    seq->nwritten = query + 1;
 }
 
+/* Ends the command buffer even after a refused command (so that the next begin finds it
+ * in a state it may reset), then reports that refusal. */
 int sg_seq_end(sg_seq *seq) {
     int rc = 0;
     SG_VK("vkEndCommandBuffer", seq->dev->vk.vkEndCommandBuffer(seq->cmd));
+    if (seq->error) SG_FAIL(seq->error_call, seq->error);
 fail:
     return rc;
 }
@@ -188,11 +225,19 @@ int sg_seq_wait(sg_seq *seq, uint64_t timeout_ns, uint32_t spin_ns) {
 
 int sg_seq_timestamps(sg_seq *seq, uint32_t n, uint64_t *out) {
     int rc = 0;
-    if (!seq->queries || n > seq->nqueries) SG_FAIL("sg_seq_timestamps", SG_ERR_ARGUMENT);
-    SG_VK("vkGetQueryPoolResults",
-          seq->dev->vk.vkGetQueryPoolResults(seq->dev->device, seq->queries, 0, n,
-                                             n * sizeof(uint64_t), out, sizeof(uint64_t),
-                                             VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT));
+    /* vkGetQueryPoolResults with VK_QUERY_RESULT_WAIT_BIT on a query that was never
+     * written "may wait forever" (a strict driver hangs, lavapipe says VK_NOT_READY):
+     * only the queries this recording wrote are read. */
+    if (!seq->queries || n > seq->nwritten) SG_FAIL("sg_seq_timestamps", SG_ERR_RANGE);
+    if (n == 0) return 0;
+    VkResult res;
+    SG_VK_RES("vkGetQueryPoolResults",
+              seq->dev->vk.vkGetQueryPoolResults(seq->dev->device, seq->queries, 0, n,
+                                                 n * sizeof(uint64_t), out, sizeof(uint64_t),
+                                                 VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT),
+              res);
+    /* VK_NOT_READY: some result was not available (not with WAIT_BIT, by the spec). */
+    if (res != VK_SUCCESS) SG_FAIL("vkGetQueryPoolResults", SG_ERR_NOT_READY);
     uint32_t bits = seq->dev->timestamp_valid_bits;
     if (bits < 64)
         for (uint32_t i = 0; i < n; i++) out[i] &= (1ull << bits) - 1;

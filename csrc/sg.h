@@ -31,6 +31,9 @@ typedef struct sg_seq sg_seq;             /* command pool, command buffer, fence
 #define SG_ERR_MEMORY_TYPE -100004
 #define SG_ERR_NO_QUEUE -100005
 #define SG_ERR_NO_LAYER -100006
+#define SG_ERR_RANGE -100007        /* an offset and size outside the block (or query pool) */
+#define SG_ERR_NO_FUNCTION -100008  /* the loader or driver lacks a Vulkan function */
+#define SG_ERR_NOT_READY -100009    /* query results asked for before they were available */
 /* Not an error: a wait that timed out. */
 #define SG_TIMEOUT 2
 
@@ -62,6 +65,7 @@ typedef struct sg_device_info {
     uint32_t max_workgroup_size[3];
     uint32_t max_workgroup_invocations;
     uint32_t max_workgroup_count[3];
+    uint32_t max_shared_memory_size;  /* maxComputeSharedMemorySize, bytes */
     uint32_t subgroup_size;
     uint32_t max_push_constants_size;
     uint32_t max_memory_allocation_count;
@@ -149,8 +153,9 @@ int sg_program_create(sg_device *dev, const uint32_t *code, size_t code_bytes,
                       sg_program **out);
 void sg_program_destroy(sg_program *prog);
 
-/* The descriptor set binding blocks[i] at [offsets[i], offsets[i] + ranges[i]) to binding i.
- * The caller must not destroy it while submitted work may use it. */
+/* The descriptor set binding blocks[i] at [offsets[i], offsets[i] + ranges[i]) to binding i;
+ * SG_ERR_RANGE when a range is empty or reaches past its block. The caller must not
+ * destroy it while submitted work may use it. */
 int sg_dset_create(sg_device *dev, sg_program *prog, uint32_t n, sg_block *const *blocks,
                    const uint64_t *offsets, const uint64_t *ranges, sg_dset **out);
 void sg_dset_destroy(sg_dset *ds);
@@ -159,8 +164,11 @@ void sg_dset_destroy(sg_dset *ds);
  * nqueries timestamps when nqueries > 0. Destroy waits for its fence if submitted. */
 int sg_seq_create(sg_device *dev, uint32_t queue, uint32_t nqueries, sg_seq **out);
 void sg_seq_destroy(sg_seq *seq);
-/* Recording: begin resets the pool; the cmd functions cannot fail (Vulkan reports
- * recording errors at end). */
+/* Recording: begin resets the pool. The cmd functions return nothing: a command they
+ * refuse (a copy outside its blocks, push constants larger than the program's, a
+ * timestamp beyond the query pool) is not recorded, and sg_seq_end reports the first
+ * such refusal (SG_ERR_RANGE, SG_ERR_ARGUMENT; sg_last_call names the cmd function),
+ * as Vulkan reports recording errors at end. */
 int sg_seq_begin(sg_seq *seq);
 void sg_seq_copy(sg_seq *seq, sg_block *src, uint64_t src_offset, sg_block *dst,
                  uint64_t dst_offset, uint64_t size);
@@ -179,6 +187,9 @@ int sg_seq_wait(sg_seq *seq, uint64_t timeout_ns, uint32_t spin_ns);
 /* 0 when the last submission is done (or nothing was submitted), SG_TIMEOUT if running,
  * negative on error (still pending). */
 int sg_seq_status(sg_seq *seq);
+/* The first n timestamps of the last recording, once its submission completed:
+ * SG_ERR_RANGE when n exceeds the timestamps recorded (never waits on a query that was
+ * not written). */
 int sg_seq_timestamps(sg_seq *seq, uint32_t n, uint64_t *out);
 
 /* Live Vulkan objects: dev NULL gives the process-wide counts. out receives
@@ -190,5 +201,8 @@ void sg_live_counts(sg_device *dev, int64_t *out);
  * the last sg_fault_set (for sizing a sweep). */
 void sg_fault_set(int64_t countdown, int32_t result);
 int64_t sg_fault_calls(void);
+/* Fault injection: the loader treats the Vulkan function of this name as missing (as a
+ * driver lacking it would) until called again with NULL. */
+void sg_fault_missing(const char *name);
 
 #endif

@@ -13,18 +13,23 @@
     X(vkEnumerateInstanceLayerProperties) \
     X(vkEnumerateInstanceExtensionProperties)
 
+/* Required: an instance or device that lacks one of these fails to be created
+ * (SG_ERR_NO_FUNCTION naming it). The OPTIONAL lists may stay NULL; their users check. */
 #define SG_INSTANCE_FUNCS(X) \
     X(vkDestroyInstance) \
     X(vkEnumeratePhysicalDevices) \
     X(vkGetPhysicalDeviceProperties) \
-    X(vkGetPhysicalDeviceProperties2) \
     X(vkGetPhysicalDeviceFeatures) \
-    X(vkGetPhysicalDeviceFeatures2) \
     X(vkGetPhysicalDeviceMemoryProperties) \
     X(vkGetPhysicalDeviceQueueFamilyProperties) \
     X(vkEnumerateDeviceExtensionProperties) \
     X(vkCreateDevice) \
     X(vkGetDeviceProcAddr)
+
+/* Vulkan 1.1 (core), absent from a 1.0 instance. */
+#define SG_INSTANCE_OPTIONAL_FUNCS(X) \
+    X(vkGetPhysicalDeviceProperties2) \
+    X(vkGetPhysicalDeviceFeatures2)
 
 #define SG_DEVICE_FUNCS(X) \
     X(vkDestroyDevice) \
@@ -72,7 +77,10 @@
     X(vkQueueSubmit) \
     X(vkCreateQueryPool) \
     X(vkDestroyQueryPool) \
-    X(vkGetQueryPoolResults) \
+    X(vkGetQueryPoolResults)
+
+/* VK_EXT_external_memory_host: only when the device enabled it. */
+#define SG_DEVICE_OPTIONAL_FUNCS(X) \
     X(vkGetMemoryHostPointerPropertiesEXT)
 
 #define SG_DECLARE_PFN(name) PFN_##name name;
@@ -81,7 +89,7 @@ struct sg_instance {
     VkInstance instance;
     VkDebugUtilsMessengerEXT messenger;
     PFN_vkDestroyDebugUtilsMessengerEXT destroy_messenger;
-    struct { SG_INSTANCE_FUNCS(SG_DECLARE_PFN) } vk;
+    struct { SG_INSTANCE_FUNCS(SG_DECLARE_PFN) SG_INSTANCE_OPTIONAL_FUNCS(SG_DECLARE_PFN) } vk;
     pthread_mutex_t msg_lock;
     char *msgs;          /* newline-separated messages, NUL-terminated */
     size_t msg_len;
@@ -100,7 +108,7 @@ struct sg_device {
     VkQueue queues[SG_MAX_QUEUES];
     uint32_t timestamp_valid_bits;
     int host_import;     /* VK_EXT_external_memory_host enabled */
-    struct { SG_DEVICE_FUNCS(SG_DECLARE_PFN) } vk;
+    struct { SG_DEVICE_FUNCS(SG_DECLARE_PFN) SG_DEVICE_OPTIONAL_FUNCS(SG_DECLARE_PFN) } vk;
     int64_t live[SG_LIVE_COUNT];
 };
 
@@ -137,7 +145,10 @@ struct sg_seq {
     VkFence fence;
     VkQueryPool queries;
     uint32_t nqueries;
+    uint32_t nwritten;  /* timestamps recorded since sg_seq_begin: queries [0, nwritten) */
     int submitted;   /* a submission whose fence has not been seen signalled */
+    int error;       /* first command refused since sg_seq_begin (reported by sg_seq_end) */
+    const char *error_call;
 };
 
 /* errors.c */
@@ -148,21 +159,41 @@ void sg__set_error(const char *call);
 int sg__fault_hit(void);       /* 1: this checked call must fail */
 extern int32_t sg__fault_result;
 void sg__live_add(sg_device *dev, int kind, int delta);
+/* A loaded function pointer, NULL when the fault hook names it missing. */
+PFN_vkVoidFunction sg__loaded(const char *name, PFN_vkVoidFunction fn);
 
-/* Checks one Vulkan call: on failure records its name, stores the code in rc and jumps
- * to the function's `fail:` ladder. Fault injection replaces the call's result, without
- * making the call, when its countdown reaches this call. */
-#define SG_VK(name, expr)                                            \
+/* Checks one Vulkan call. A negative VkResult is a failure: the call's name is recorded,
+ * the code stored in rc, and control jumps to the function's `fail:` ladder. Positive
+ * results are success codes that carry news (VK_NOT_READY, VK_TIMEOUT, VK_INCOMPLETE):
+ * SG_VK_RES leaves the result in `res` for the caller to handle them where they mean
+ * something; SG_VK is for calls whose one success code is VK_SUCCESS. Fault injection
+ * replaces the call's result, without making the call, when its countdown reaches it. */
+#define SG_VK_RES(name, expr, res)                                   \
     do {                                                             \
-        VkResult sg_r_;                                              \
-        if (sg__fault_hit()) sg_r_ = (VkResult)sg__fault_result;     \
-        else sg_r_ = (expr);                                         \
-        if (sg_r_ != VK_SUCCESS) {                                   \
+        if (sg__fault_hit()) (res) = (VkResult)sg__fault_result;     \
+        else (res) = (expr);                                         \
+        if ((res) < 0) {                                             \
             sg__set_error(name);                                     \
-            rc = (int)sg_r_;                                         \
+            rc = (int)(res);                                         \
             goto fail;                                               \
         }                                                            \
     } while (0)
+
+#define SG_VK(name, expr)                                            \
+    do {                                                             \
+        VkResult sg_r_;                                              \
+        SG_VK_RES(name, expr, sg_r_);                                \
+    } while (0)
+
+/* Loads the functions of one X-macro list through `get(handle, name)` into `table`;
+ * a required one that is missing fails with SG_ERR_NO_FUNCTION naming it. */
+#define SG_LOAD_REQUIRED(get, handle, table, name)                                  \
+    do {                                                                            \
+        (table).name = (PFN_##name)sg__loaded(#name, get(handle, #name));           \
+        if (!(table).name) SG_FAIL(#name, SG_ERR_NO_FUNCTION);                      \
+    } while (0);
+#define SG_LOAD_OPTIONAL(get, handle, table, name)                                  \
+    (table).name = (PFN_##name)sg__loaded(#name, get(handle, #name));
 
 /* Shim-level failure (bad argument, malloc): same ladder. */
 #define SG_FAIL(name, code)                                          \

@@ -51,6 +51,7 @@ class DeviceInfo:
     max_storage_buffers_per_stage: int = 4
     timestamp_period: float = 1.0
     host_import_alignment: int = 0   # VK_EXT_external_memory_host; 0 when not supported
+    max_shared_memory_size: int = 16384  # maxComputeSharedMemorySize (bytes)
     memory_type_flags: tuple[int, ...] = field(default=(), repr=False)
     memory_heap_sizes: tuple[int, ...] = field(default=(), repr=False)
 
@@ -115,6 +116,7 @@ def _info_from(index: int, raw) -> DeviceInfo:
         max_storage_buffers_per_stage=raw.max_storage_buffers_per_stage,
         timestamp_period=raw.timestamp_period,
         host_import_alignment=raw.host_import_alignment if raw.host_import else 0,
+        max_shared_memory_size=raw.max_shared_memory_size,
         memory_type_flags=tuple(raw.memory_type_flags[i] for i in range(raw.memory_type_count)),
         memory_heap_sizes=tuple(heaps),
     )

@@ -1,6 +1,9 @@
 """Exception classes and the one function that turns a shim return code into one."""
 from __future__ import annotations
 
+import weakref
+from typing import Any, NoReturn
+
 from scopedgpu._ffi import ffi, lib
 
 __all__ = [
@@ -64,8 +67,35 @@ _RESULTS = {
     lib.SG_ERR_NO_LOADER: "SG_ERR_NO_LOADER", lib.SG_ERR_NO_DEVICE: "SG_ERR_NO_DEVICE",
     lib.SG_ERR_ARGUMENT: "SG_ERR_ARGUMENT", lib.SG_ERR_MEMORY_TYPE: "SG_ERR_MEMORY_TYPE",
     lib.SG_ERR_NO_QUEUE: "SG_ERR_NO_QUEUE", lib.SG_ERR_NO_LAYER: "SG_ERR_NO_LAYER",
+    lib.SG_ERR_RANGE: "SG_ERR_RANGE", lib.SG_ERR_NO_FUNCTION: "SG_ERR_NO_FUNCTION",
+    lib.SG_ERR_NOT_READY: "SG_ERR_NOT_READY",
+}
+# What the shim's own codes mean, for the message.
+_MEANING = {
+    lib.SG_ERR_ARGUMENT: "an argument the shim refuses",
+    lib.SG_ERR_RANGE: "an offset and size that reach outside the memory block (or the "
+                      "timestamps) they refer to; nothing was bound or recorded",
+    lib.SG_ERR_NOT_READY: "results asked for before the GPU wrote them",
 }
 _OOM = {-1, -2, -1000069000, -1000161000}
+
+
+# The states of the managers with the validation layer on. When a call fails, what the
+# layer reported during it goes with the exception (manager._State.validation_failed),
+# so that a later, valid call never raises it as its own.
+debug_states: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def _raise(exc: Exception, what: str) -> NoReturn:
+    for state in list(debug_states):
+        # Never blocks: a manager another thread holds is busy with a call of its own,
+        # which collects its messages itself (and lock order is not ours to impose).
+        if state.lock.acquire(blocking=False):
+            try:
+                state.validation_failed(exc, what)
+            finally:
+                state.lock.release()
+    raise exc
 
 
 def result_name(code: int) -> str:
@@ -80,8 +110,13 @@ def check(rc: int, what: str) -> None:
     call = ffi.string(lib.sg_last_call()).decode()
     name = result_name(rc)
     msg = f"{what}: {call} failed with {name}"
+    if rc in _MEANING:
+        msg += f" ({_MEANING[rc]})"
     if rc in _OOM:
-        raise OutOfMemoryError(msg, result=name, call=call, code=rc)
+        _raise(OutOfMemoryError(msg, result=name, call=call, code=rc), what)
+    if rc == lib.SG_ERR_NO_FUNCTION:
+        _raise(NoDeviceError(f"{what}: the Vulkan loader or driver does not provide {call} "
+                             f"({name}); update or reinstall the Vulkan driver"), what)
     if rc in (lib.SG_ERR_NO_LOADER, lib.SG_ERR_NO_DEVICE, -9):
-        raise NoDeviceError(msg)
-    raise DeviceError(msg, result=name, call=call, code=rc)
+        _raise(NoDeviceError(msg), what)
+    _raise(DeviceError(msg, result=name, call=call, code=rc), what)

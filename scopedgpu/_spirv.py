@@ -4,13 +4,15 @@ Reads the module once, strictly: malformed words raise ShaderError here instead 
 reaching a driver (some drivers crash on garbage). Reports the entry point's local size
 (literal, LocalSizeId, or a WorkgroupSize built-in, specialization constants included),
 the storage-buffer bindings of set 0 with the element type of each buffer's runtime
-array, the push-constant block size, and the declared specialization constants with
-their widths.
+array, the push-constant block size and the widths of its members, the bytes of shared
+(Workgroup) memory the entry point declares, and the declared specialization constants
+with their widths.
 """
 from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
+from typing import Callable
 
 from scopedgpu._errors import ShaderError
 
@@ -52,6 +54,7 @@ _DEC_DESCRIPTOR_SET = 34
 _DEC_OFFSET = 35
 _BUILTIN_WORKGROUP_SIZE = 25
 _SC_UNIFORM = 2
+_SC_WORKGROUP = 4
 _SC_PUSH_CONSTANT = 9
 _SC_STORAGE_BUFFER = 12
 _MODE_LOCAL_SIZE = 17
@@ -81,6 +84,14 @@ class ShaderInfo:
     # ("float", 32) for `buffer B { float a[]; }` or `vec4 a[]`; absent when the buffer
     # has no runtime array of scalars or vectors (structs, fixed-size members only).
     element_types: dict[int, tuple[str, int]] = field(default_factory=dict)
+    # Scalar widths (bits) used in the push-constant block, e.g. {16, 32}.
+    push_constant_widths: frozenset[int] = frozenset()
+    # Bytes of shared (Workgroup) memory with the default specialization constants, at
+    # least what the driver will need (members packed, no padding); None when an array
+    # length is computed from specialization constants (OpSpecConstantOp).
+    shared_memory_size: int | None = 0
+    _shared_with: Callable[[dict[int, int | float]], int | None] | None = field(
+        default=None, repr=False, compare=False)
 
     def local_size_with(self, spec_values: dict[int, int | float]) -> tuple[int, int, int]:
         size = list(self.local_size)
@@ -88,6 +99,12 @@ class ShaderInfo:
             if sid in spec_values:
                 size[axis] = int(spec_values[sid])
         return (size[0], size[1], size[2])
+
+    def shared_memory_size_with(self, spec_values: dict[int, int | float]) -> int | None:
+        """shared_memory_size with these specialization constant values (by id)."""
+        if self._shared_with is None or not spec_values:
+            return self.shared_memory_size
+        return self._shared_with(spec_values)
 
 
 def words_of(spirv: bytes | bytearray | memoryview) -> tuple[int, ...]:
@@ -275,6 +292,20 @@ def reflect(spirv: bytes) -> ShaderInfo:
             return end
         raise ShaderError(f"malformed SPIR-V: unsized type {t[0]}")
 
+    def scalar_widths(tid: int, depth: int = 0) -> set[int]:
+        t = types.get(tid)
+        if t is None or depth > 32:
+            return set()
+        if t[0] in ("int", "uint", "float"):
+            return {t[1]}
+        if t[0] == "bool":
+            return {32}
+        if t[0] in ("vector", "array", "runtime_array"):
+            return scalar_widths(t[1], depth + 1)
+        if t[0] == "struct":
+            return set().union(*(scalar_widths(m, depth + 1) for m in t[1]))
+        return set()
+
     def element_type(struct_id: int) -> tuple[str, int] | None:
         """The scalar type of the block's trailing runtime array, if it has one."""
         t = types.get(struct_id)
@@ -295,10 +326,16 @@ def reflect(spirv: bytes) -> ShaderInfo:
     elements: dict[int, tuple[str, int]] = {}
     other: list[tuple[int, int, str]] = []
     push_size = 0
+    push_widths: set[int] = set()
+    shared_types: list[int] = []
     for ptype, vid, sc in variables:
         if sc == _SC_PUSH_CONSTANT:
             pointee = pointers.get(ptype, (0, 0))[1]
             push_size = max(push_size, size_of(pointee))
+            push_widths |= scalar_widths(pointee)
+            continue
+        if sc == _SC_WORKGROUP:
+            shared_types.append(pointers.get(ptype, (0, 0))[1])
             continue
         dec = decorations.get(vid, {})
         if _DEC_BINDING not in dec:
@@ -317,6 +354,40 @@ def reflect(spirv: bytes) -> ShaderInfo:
             kind = "uniform buffer" if sc == _SC_UNIFORM else f"storage class {sc}"
             other.append((dset, binding, kind))
 
+    def shared_size(spec_values: dict[int, int | float]) -> int | None:
+        """Bytes of the Workgroup variables: members and elements packed without padding
+        (no explicit layout applies to them), array lengths from `spec_values` where a
+        specialization constant gives them."""
+        def count_of(cid: int) -> int | None:
+            if cid in spec_id_of and spec_id_of[cid] in spec_values:
+                return int(spec_values[spec_id_of[cid]])
+            if cid in constants or cid in spec_scalars:
+                return int(scalar_value(cid))
+            return None   # OpSpecConstantOp and the like: not evaluated here
+
+        def size(tid: int, depth: int = 0) -> int | None:
+            t = types.get(tid)
+            if t is None or depth > 32:
+                raise ShaderError(f"malformed SPIR-V: bad Workgroup variable type {tid}")
+            if t[0] in ("bool", "int", "uint", "float"):
+                return 4 if t[0] == "bool" else max(1, t[1] // 8)
+            if t[0] in ("vector", "array"):
+                n = t[2] if t[0] == "vector" else count_of(t[2])
+                elem = size(t[1], depth + 1)
+                return None if n is None or elem is None else n * elem
+            if t[0] == "struct":
+                parts = [size(m, depth + 1) for m in t[1]]
+                return None if None in parts else sum(p for p in parts if p is not None)
+            raise ShaderError(f"malformed SPIR-V: a Workgroup variable of type {t[0]}")
+
+        total = 0
+        for tid in shared_types:
+            n = size(tid)
+            if n is None:
+                return None
+            total += n
+        return total
+
     return ShaderInfo(
         version=version,
         local_size=(local_size[0], local_size[1], local_size[2]),
@@ -326,4 +397,7 @@ def reflect(spirv: bytes) -> ShaderInfo:
         spec_constants=spec_constants,
         local_size_spec=local_size_spec,
         element_types=elements,
+        push_constant_widths=frozenset(push_widths),
+        shared_memory_size=shared_size({}),
+        _shared_with=shared_size if shared_types else None,
     )

@@ -1,6 +1,9 @@
 """Algorithms: a cached compute pipeline plus the descriptor set binding its tensors."""
 from __future__ import annotations
 
+import math
+import numbers
+import operator
 import struct
 import warnings
 from typing import TYPE_CHECKING, Any, Sequence as Seq
@@ -35,6 +38,21 @@ class _AlgoHandle(Handle):
             self.program = None
 
 
+def _number_list(values: Any, what: str, name: str) -> list[Any]:
+    """The items of a list/tuple of numbers; TypeError naming the first that is not one.
+    (A str is a sequence too, of characters: '64' must not pass as [6.0, 4.0].)"""
+    if isinstance(values, (str, bytes, bytearray, memoryview, dict, set, frozenset)) or \
+            not hasattr(values, "__iter__"):
+        raise TypeError(f"{what}: {name} must be a list of numbers or a numpy array, "
+                        f"not {type(values).__name__} {values!r}")
+    items = list(values)
+    for i, v in enumerate(items):
+        if not isinstance(v, (numbers.Real, np.number, np.bool_)):
+            raise TypeError(f"{what}: {name}[{i}] is {v!r} ({type(v).__name__}); "
+                            "each value must be a number")
+    return items
+
+
 def encode_push_consts(values: Any, what: str) -> bytes:
     """A list gives float32 values (kp's convention); a numpy array keeps its dtype."""
     if values is None:
@@ -46,11 +64,19 @@ def encode_push_consts(values: Any, what: str) -> bytes:
         if arr.dtype.kind not in "iuf" or arr.dtype.byteorder == ">":
             raise TypeError(f"{what}: push constants of dtype {arr.dtype} are not supported")
         return arr.tobytes()
-    try:
-        return np.asarray(list(values), dtype=np.float32).tobytes()
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"{what}: push constants must be a list of numbers or a numpy "
-                        f"array, not {values!r}") from exc
+    items = _number_list(values, what, "push_consts")
+    out = np.empty(len(items), dtype=np.float32)
+    for i, v in enumerate(items):
+        f = float(v)
+        if math.isfinite(f) and abs(f) > _FLOAT32_MAX:
+            raise ValueError(f"{what}: push_consts[{i}]={v!r} does not fit a float32 (at "
+                             f"most {_FLOAT32_MAX:.6g} in magnitude); pass a numpy array "
+                             "for other types")
+        out[i] = f
+    return out.tobytes()
+
+
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 _FMT = {("float", 32): "<f", ("float", 64): "<d", ("int", 32): "<i", ("int", 64): "<q",
@@ -75,7 +101,7 @@ def encode_spec_consts(values: Any, info: ShaderInfo, what: str) -> tuple[
         arr = np.ascontiguousarray(values).reshape(-1)
         items: list[Any] = [arr[i:i + 1].tobytes() for i in range(arr.size)]
     else:
-        items = list(values)
+        items = _number_list(values, what, "spec_consts")
     for i, v in enumerate(items):
         sc: SpecConstant | None = decl.get(i)
         if sc is None:
@@ -95,11 +121,7 @@ def encode_spec_consts(values: Any, info: ShaderInfo, what: str) -> tuple[
             if fmt is None:
                 raise ValueError(f"{what}: unsupported specialization constant type "
                                  f"{sc.kind}{sc.width}")
-            try:
-                raw = struct.pack(fmt, float(v) if sc.kind == "float" else int(v))
-            except (struct.error, TypeError, ValueError) as exc:
-                raise ValueError(f"{what}: specialization constant {i}={v!r} does not fit "
-                                 f"a {sc.width}-bit {sc.kind}") from exc
+            raw = _pack_spec(fmt, v, sc, i, what)
         ids.append(i)
         offsets.append(len(blob))
         sizes.append(len(raw))
@@ -108,6 +130,28 @@ def encode_spec_consts(values: Any, info: ShaderInfo, what: str) -> tuple[
         while len(blob) % 4:
             blob += b"\0"
     return ids, offsets, sizes, bytes(blob)
+
+
+def _pack_spec(fmt: str, v: Any, sc: SpecConstant, i: int, what: str) -> bytes:
+    """One specialization constant's bytes; ValueError naming the constant, the value and
+    the range of its declared type when it does not fit (an integer constant takes only
+    whole numbers; a float constant any float its width holds, inf and nan included)."""
+    f = float(v)
+    if sc.kind == "float":
+        try:
+            return struct.pack(fmt, f)
+        except (struct.error, OverflowError):
+            top = 65504.0 if sc.width == 16 else _FLOAT32_MAX
+            need = f"a number of magnitude at most {top:.6g}"
+    else:
+        bits = 1 if sc.kind == "bool" else sc.width
+        lo = -(1 << (bits - 1)) if sc.kind == "int" else 0
+        hi = (1 << (bits - 1)) - 1 if sc.kind == "int" else (1 << bits) - 1
+        if math.isfinite(f) and f == math.floor(f) and lo <= int(v) <= hi:
+            return struct.pack(fmt, int(v))
+        need = f"a whole number from {lo} to {hi}"
+    raise ValueError(f"{what}: specialization constant {i}={v!r} does not fit the shader's "
+                     f"{sc.width}-bit {sc.kind} (constant_id {sc.id}): give {need}")
 
 
 _GLSL = {("float", 16): "float16_t", ("float", 32): "float", ("float", 64): "double",
@@ -221,6 +265,22 @@ class Algorithm(Child):
             raise ShaderError(f"{what}: the shader's push constants take "
                               f"{info.push_constant_size} bytes; this device allows "
                               f"{dev.max_push_constants_size}")
+        narrow = sorted(w for w in info.push_constant_widths if w < 32)
+        if narrow or info.push_constant_size % 4:
+            # VkPushConstantRange: "size must be a multiple of 4"; 8- and 16-bit members
+            # need storagePushConstant8/16, which scopedgpu does not enable.
+            raise ShaderError(
+                f"{what}: the shader's push-constant block takes {info.push_constant_size} "
+                f"bytes with {'/'.join(map(str, narrow)) or 'no'}-bit members; scopedgpu "
+                "takes push constants of 32- and 64-bit members only (a whole number of "
+                "4-byte words): use uint/int/float members and unpack narrow values in "
+                "the shader (e.g. unpackHalf2x16)")
+        shared = info.shared_memory_size_with(spec_values)
+        if shared is not None and shared > dev.max_shared_memory_size:
+            raise ShaderError(
+                f"{what}: the shader declares {shared} bytes of shared memory (Workgroup "
+                f"variables, specialization constants applied), more than this device's "
+                f"maxComputeSharedMemorySize ({dev.max_shared_memory_size} bytes)")
         self._info = info
         self._local_size = local
         push = encode_push_consts(push_consts, what)
@@ -233,22 +293,34 @@ class Algorithm(Child):
         with state.lock:
             state.check_open()
             state.collect()
-            program = state.get_program(spirv, info, spec)
-            try:
-                blocks = ffi.new("sg_block *[]", [t._gpu.block.handle for t in tensors] or [ffi.NULL])
-                offsets = ffi.new("uint64_t[]", [t._gpu.offset for t in tensors] or [0])
-                ranges = ffi.new("uint64_t[]", [t.nbytes for t in tensors] or [0])
-                out = ffi.new("sg_dset **")
-                rc = lib.sg_dset_create(state.dev, program.handle, len(tensors), blocks,
-                                        offsets, ranges, out)
-                check(rc, f"creating the descriptor set of {what}")
-            except BaseException:
-                state.unref_program(program)
-                raise
-            super().__init__(manager, _AlgoHandle(out[0], program))
-            state.algorithms.add(self)
             if state.debug:
-                state.check_validation(f"creating {self!r}")
+                state.stale_validation(f"creating {what}")
+            try:
+                program = state.get_program(spirv, info, spec)
+                try:
+                    blocks = ffi.new("sg_block *[]",
+                                     [t._gpu.block.handle for t in tensors] or [ffi.NULL])
+                    offsets = ffi.new("uint64_t[]", [t._gpu.offset for t in tensors] or [0])
+                    ranges = ffi.new("uint64_t[]", [t.nbytes for t in tensors] or [0])
+                    out = ffi.new("sg_dset **")
+                    rc = lib.sg_dset_create(state.dev, program.handle, len(tensors), blocks,
+                                            offsets, ranges, out)
+                    check(rc, f"creating the descriptor set of {what}")
+                except BaseException:
+                    state.unref_program(program)
+                    raise
+                super().__init__(manager, _AlgoHandle(out[0], program))
+                state.algorithms.add(self)
+            except BaseException as exc:
+                if state.debug:
+                    state.validation_failed(exc, f"creating {what}")
+                raise
+            if state.debug:
+                try:
+                    state.check_validation(f"creating {self!r}")
+                except BaseException:
+                    self.destroy()
+                    raise
 
     def _check_push(self, push: bytes, what: str) -> bytes:
         need = self._info.push_constant_size
@@ -269,11 +341,30 @@ class Algorithm(Child):
             if not tensors:
                 raise ValueError(f"{what}: give a workgroup when there are no tensors")
             n = tensors[0].size
-            wg = ((n + self._local_size[0] - 1) // self._local_size[0], 1, 1)
+            local = self._local_size[0]
+            wg = ((n + local - 1) // local, 1, 1)
+            if wg[0] > maxc[0]:
+                t = tensors[0]
+                dev = t.manager._state.info
+                need = -(-n // maxc[0])
+                raise ValueError(
+                    f"{what}: no workgroup was given, and the default (one invocation per "
+                    f"element of tensors[0], {t!r}: {n} elements, {t.nbytes} bytes) needs "
+                    f"{wg[0]} groups of the shader's local size {local} on axis 0, more "
+                    f"than this device's maxComputeWorkGroupCount[0] ({maxc[0]}). Either "
+                    f"use a local_size_x of at least {need} (this device allows up to "
+                    f"{min(dev.max_workgroup_size[0], dev.max_workgroup_invocations)}), "
+                    f"or pass an explicit 2D grid, e.g. workgroup=({maxc[0]}, "
+                    f"{-(-wg[0] // maxc[0])}, 1), with the shader indexing "
+                    "gl_GlobalInvocationID.y * gl_NumWorkGroups.x * gl_WorkGroupSize.x + "
+                    "gl_GlobalInvocationID.x")
         else:
+            if isinstance(workgroup, (str, bytes)) or not hasattr(workgroup, "__iter__"):
+                raise TypeError(f"{what}: workgroup must be a tuple of up to three "
+                                f"integers, not {type(workgroup).__name__} {workgroup!r}")
             try:
-                wg_list = [int(v) for v in workgroup]
-            except (TypeError, ValueError) as exc:
+                wg_list = [operator.index(v) for v in workgroup]
+            except TypeError as exc:
                 raise TypeError(f"{what}: workgroup must be up to three integers, "
                                 f"not {workgroup!r}") from exc
             if not 1 <= len(wg_list) <= 3:

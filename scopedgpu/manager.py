@@ -4,6 +4,8 @@ from __future__ import annotations
 import collections
 import itertools
 import logging
+import math
+import numbers
 import os
 import threading
 import time
@@ -13,7 +15,7 @@ from typing import Any, Sequence as Seq
 
 import numpy as np
 
-from scopedgpu import _device
+from scopedgpu import _device, _errors
 from scopedgpu._base import ChildSet, Handle
 from scopedgpu._errors import DestroyedError, ShaderError, ValidationError, check
 from scopedgpu._ffi import ffi, lib
@@ -48,6 +50,22 @@ def _env_flag(name: str) -> bool | None:
     if v is None or v.strip() == "":
         return None
     return v.strip().lower() not in ("0", "false", "no", "off")
+
+
+def _bytes_limit(value: Any, source: str) -> int:
+    """A positive whole number of bytes from an int, a float such as 1e9, or a string of
+    either; ValueError (TypeError for a wrong type) naming `source` and the value."""
+    if isinstance(value, bool) or not isinstance(value, (numbers.Real, str)):
+        raise TypeError(f"{source} must be a positive number of bytes, not "
+                        f"{type(value).__name__} {value!r}")
+    try:
+        f = float(value)
+    except ValueError:
+        f = math.nan
+    if not math.isfinite(f) or f < 1 or f != math.floor(f):
+        raise ValueError(f"{source} must be a positive whole number of bytes (e.g. "
+                         f"1073741824 or 1e9), not {value!r}")
+    return int(value) if isinstance(value, int) else int(f)
 
 
 class _Program:
@@ -186,10 +204,13 @@ class _State:
         for _, handle in ready:
             handle.release(self, False)
 
-    def check_validation(self, what: str) -> None:
-        """Debug mode: validation warnings go to the log, errors raise ValidationError."""
+    def take_validation(self) -> tuple[list[str], int]:
+        """Debug mode: takes the layer's messages (forgetting them: a message belongs to
+        the call that caused it, never to a later one) and logs the warnings; returns the
+        error texts and the error count (more than the texts when the shim's buffer
+        overflowed)."""
         if not self.debug or self.inst is None or lib.sg_instance_pending(self.inst) == 0:
-            return
+            return [], 0
         nerr = ffi.new("int *")
         lib.sg_instance_messages(self.inst, self.msg_buf, len(self.msg_buf), nerr)
         text = ffi.string(self.msg_buf).decode(errors="replace")
@@ -199,9 +220,39 @@ class _State:
                 errors.append(line[2:])
             elif line.startswith("W "):
                 log.warning("Vulkan validation: %s", line[2:])
-        if errors:
-            raise ValidationError(f"{what}: the validation layer reported "
-                                  f"{len(errors)} error(s):\n" + "\n".join(errors))
+        return errors, max(nerr[0], len(errors))
+
+    def check_validation(self, what: str) -> None:
+        """Debug mode, after a call succeeded: validation warnings go to the log, errors
+        raise ValidationError naming the call."""
+        errors, n = self.take_validation()
+        if n:
+            more = (f"\n({n - len(errors)} more whose text did not fit the buffer)"
+                    if n > len(errors) else "")
+            raise ValidationError(f"{what}: the validation layer reported {n} error(s):\n"
+                                  + "\n".join(errors) + more)
+
+    def stale_validation(self, what: str) -> None:
+        """Debug mode, before a call: messages still waiting belong to an earlier call that
+        did not collect them; they are logged as such, never raised by this one."""
+        errors, n = self.take_validation()
+        if n:
+            log.error("Vulkan validation: %d error(s) of an earlier call, reported before "
+                      "%s:\n%s", n, what, "\n".join(errors))
+
+    def validation_failed(self, exc: BaseException, what: str) -> None:
+        """Debug mode, when a call failed: the layer's messages of that call go with its
+        exception (a note), so that they are neither lost nor raised by the next call."""
+        errors, n = self.take_validation()
+        if not n:
+            return
+        note = (f"{what}: the validation layer also reported {n} error(s):\n"
+                + "\n".join(errors))
+        add_note = getattr(exc, "add_note", None)   # Python 3.11+
+        if add_note is not None:
+            add_note(note)
+        else:
+            log.error("%s", note)
 
     # -- shaders -------------------------------------------------------------------------
     def reflect(self, spirv: Any) -> ShaderInfo:
@@ -234,13 +285,24 @@ class _State:
                 self.dev, code, len(spirv), len(info.bindings), info.push_constant_size, n,
                 ffi.new("uint32_t[]", ids or [0]), ffi.new("uint32_t[]", offsets or [0]),
                 ffi.new("uint32_t[]", sizes or [0]), blob or ffi.NULL, len(blob), out)
-            if rc in (-3, -1000012000, -13):  # INITIALIZATION_FAILED, INVALID_SHADER, UNKNOWN
-                raise ShaderError(f"the driver rejected the shader ({len(spirv)} bytes of "
-                                  f"SPIR-V): {ffi.string(lib.sg_last_call()).decode()} failed")
-            check(rc, "creating a compute pipeline")
+            try:
+                if rc in (-3, -1000012000, -13):  # INITIALIZATION_FAILED, INVALID_SHADER, UNKNOWN
+                    raise ShaderError(f"the driver rejected the shader ({len(spirv)} bytes "
+                                      f"of SPIR-V): {ffi.string(lib.sg_last_call()).decode()} "
+                                      "failed")
+                check(rc, "creating a compute pipeline")
+            except BaseException as exc:
+                self.validation_failed(exc, "creating a compute pipeline")
+                raise
+            try:
+                self.check_validation("creating a compute pipeline")
+            except BaseException:
+                # Not cached: the same shader must raise again, not reuse a pipeline the
+                # layer rejected.
+                lib.sg_program_destroy(out[0])
+                raise
             prog = _Program(out[0], key)
             self.programs[key] = prog
-            self.check_validation("creating a compute pipeline")
         self.unused_programs.pop(key, None)
         prog.refs += 1
         return prog
@@ -360,10 +422,11 @@ class Manager:
         _device.load_vulkan()
         if debug is None:
             debug = bool(_env_flag("SCOPEDGPU_DEBUG"))
-        if memory_limit is None and os.environ.get("SCOPEDGPU_MEMORY_LIMIT"):
-            memory_limit = int(float(os.environ["SCOPEDGPU_MEMORY_LIMIT"]))
-        if memory_limit is not None and memory_limit <= 0:
-            raise ValueError(f"memory_limit must be a positive number of bytes, not {memory_limit}")
+        if memory_limit is None and os.environ.get("SCOPEDGPU_MEMORY_LIMIT", "").strip():
+            memory_limit = _bytes_limit(os.environ["SCOPEDGPU_MEMORY_LIMIT"],
+                                        "the environment variable SCOPEDGPU_MEMORY_LIMIT")
+        elif memory_limit is not None:
+            memory_limit = _bytes_limit(memory_limit, "memory_limit")
         state = _State()
         self._state = state
         self._named: dict[str, Sequence] = {}   # keeps named sequences until deleted
@@ -386,6 +449,8 @@ class Manager:
                     raise _device.NoDeviceError(f"{exc}. {_device.INSTALL_HINT}") from exc
             state.inst = out[0]
             state.debug = bool(debug)
+            if state.debug:
+                _errors.debug_states.add(state)
             info = _device.choose_device(_device.enumerate_devices(state.inst), device)
             dout = ffi.new("sg_device **")
             check(lib.sg_device_create(state.inst, info.index, min(info.queue_count, 8), dout),
@@ -529,9 +594,12 @@ class Manager:
             check(lib.sg_seq_end(h), what)
             check(lib.sg_seq_submit(h), what)
             check(lib.sg_seq_wait(h, 2**64 - 1, SPIN_NS), what)
-        finally:
+        except BaseException as exc:
             lib.sg_seq_destroy(h)
-            st.check_validation(what)
+            st.validation_failed(exc, what)
+            raise
+        lib.sg_seq_destroy(h)
+        st.check_validation(what)
 
     # -- algorithms and sequences -----------------------------------------------------------
     def algorithm(self, tensors: Seq[Tensor], spirv: bytes, workgroup: Seq[int] | None = None,

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 import weakref
 from typing import TYPE_CHECKING, Any
 
@@ -184,6 +185,7 @@ class Sequence(Child):
         self._running = False
         self._inflight: frozenset[Handle] = frozenset()
         self._timestamps: list[int] | None = None
+        self._nts = 0    # timestamps the command buffer writes (its last recording)
         # What eval needs, gathered at record time so that re-evaluation does no more
         # Python work than it must (see _note_recorded).
         self._objs: list[Any] = []               # must be alive at eval
@@ -358,13 +360,20 @@ class Sequence(Child):
         return self
 
     def eval_await(self, timeout: float | None = None) -> bool:
-        """Waits for the last submission, at most `timeout` seconds (None: no limit).
-        True when it completed (the host copies of OpTensorSyncLocal are then done);
-        False on timeout, and the sequence still counts as running. A wait the driver
-        fails raises DeviceError, and the sequence also still counts as running."""
+        """Waits for the last submission, at most `timeout` seconds (None or math.inf: no
+        limit). True when it completed (the host copies of OpTensorSyncLocal are then
+        done); False on timeout, and the sequence still counts as running. A wait the
+        driver fails raises DeviceError, and the sequence also still counts as running."""
         self._check()
-        if timeout is not None and (math.isnan(timeout) or timeout < 0):
-            raise ValueError(f"timeout must be None or >= 0 seconds, not {timeout!r}")
+        if timeout is not None:
+            if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
+                raise TypeError(f"{self!r}.eval_await(): timeout must be None or a number "
+                                f"of seconds, not {type(timeout).__name__} {timeout!r}")
+            if math.isnan(timeout) or timeout < 0:
+                raise ValueError(f"{self!r}.eval_await(): timeout must be None or >= 0 "
+                                 f"seconds, not {timeout!r}")
+            if timeout >= 2**64 / 1e9:   # math.inf, or beyond what a fence wait counts
+                timeout = None
         return self._wait(timeout)
 
     def _wait(self, timeout: float | None) -> bool:
@@ -414,7 +423,8 @@ class Sequence(Child):
         try:
             self._handle.complete()  # type: ignore[attr-defined]
             if self._want_timestamps and self._h is not None:  # None: destroyed (destroy())
-                n = len(self._ops) + 1
+                # As many as the recording wrote: ops recorded while it ran have none yet.
+                n = self._nts
                 buf = ffi.new("uint64_t[]", n)
                 check(lib.sg_seq_timestamps(self._h, n, buf), f"reading timestamps of {self!r}")
                 period = state.info.timestamp_period
@@ -452,6 +462,7 @@ class Sequence(Child):
             check(rc, f"recording {self!r}")
         self._rec_inflight = frozenset(o._handle for o in self._objs)
         self._handle.sig = self._sig  # type: ignore[attr-defined]
+        self._nts = n + 1 if ts else 0
         self._dirty = False
 
     def _grow_queries(self, need: int) -> None:
