@@ -1,6 +1,7 @@
-import pyshader as ps
 import kp
 import numpy as np
+
+from .utils import compile_source
 
 
 def test_array_multiplication():
@@ -16,17 +17,22 @@ def test_array_multiplication():
     params = [tensor_in_a, tensor_in_b, tensor_out]
 
     # 4. Define the multiplication shader code to run on the GPU
-    @ps.python2shader
-    def compute_mult(index=("input", "GlobalInvocationId", ps.ivec3),
-                                data1=("buffer", 0, ps.Array(ps.f32)),
-                                data2=("buffer", 1, ps.Array(ps.f32)),
-                                data3=("buffer", 2, ps.Array(ps.f32))):
-        i = index.x
-        data3[i] = data1[i] * data2[i]
+    # scopedgpu: was a pyshader function (compute_mult), the same shader in GLSL
+    compute_mult = compile_source("""
+#version 450
+layout(local_size_x = 1) in;
+layout(set = 0, binding = 0) buffer Data1 { float data1[]; };
+layout(set = 0, binding = 1) buffer Data2 { float data2[]; };
+layout(set = 0, binding = 2) buffer Data3 { float data3[]; };
+void main() {
+    int i = int(gl_GlobalInvocationID.x);
+    data3[i] = data1[i] * data2[i];
+}
+""")
 
     (mgr.sequence()
         .record(kp.OpTensorSyncDevice(params))
-        .record(kp.OpAlgoDispatch(mgr.algorithm(params, compute_mult.to_spirv())))
+        .record(kp.OpAlgoDispatch(mgr.algorithm(params, compute_mult)))
         .record(kp.OpTensorSyncLocal([tensor_out]))
         .eval())
 

@@ -3,7 +3,6 @@ import os
 import kp
 import numpy as np
 import logging
-import pyshader as ps
 
 from .utils import compile_source
 
@@ -248,17 +247,23 @@ def test_workgroup():
     tensor_a = mgr.tensor(np.zeros([16,8]))
     tensor_b = mgr.tensor(np.zeros([16,8]))
 
-    @ps.python2shader
-    def compute_shader_wg(gl_idx=("input", "GlobalInvocationId", ps.ivec3),
-                          gl_wg_id=("input", "WorkgroupId", ps.ivec3),
-                          gl_wg_num=("input", "NumWorkgroups", ps.ivec3),
-                          data1=("buffer", 0, ps.Array(ps.f32)),
-                          data2=("buffer", 1, ps.Array(ps.f32))):
-        i = gl_wg_id.x * gl_wg_num.y + gl_wg_id.y
-        data1[i] = f32(gl_idx.x)
-        data2[i] = f32(gl_idx.y)
+    # scopedgpu: was a pyshader function (compute_shader_wg), the same shader in GLSL
+    compute_shader_wg = compile_source("""
+#version 450
+layout(local_size_x = 1) in;
+layout(set = 0, binding = 0) buffer Data1 { float data1[]; };
+layout(set = 0, binding = 1) buffer Data2 { float data2[]; };
+void main() {
+    ivec3 idx = ivec3(gl_GlobalInvocationID);
+    ivec3 wg_id = ivec3(gl_WorkGroupID);
+    ivec3 wg_num = ivec3(gl_NumWorkGroups);
+    int i = wg_id.x * wg_num.y + wg_id.y;
+    data1[i] = float(idx.x);
+    data2[i] = float(idx.y);
+}
+""")
 
-    algo = mgr.algorithm([tensor_a, tensor_b], compute_shader_wg.to_spirv(), (16,8,1))
+    algo = mgr.algorithm([tensor_a, tensor_b], compute_shader_wg, (16,8,1))
 
     (mgr.sequence()
         .record(kp.OpTensorSyncDevice([tensor_a, tensor_b]))

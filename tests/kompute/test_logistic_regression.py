@@ -1,48 +1,44 @@
-import pyshader as ps
 import numpy as np
 import kp
 
+from .utils import compile_source
+
 def test_logistic_regression():
 
-    @ps.python2shader
-    def compute_shader(
-            index   = ("input", "GlobalInvocationId", ps.ivec3),
-            x_i     = ("buffer", 0, ps.Array(ps.f32)),
-            x_j     = ("buffer", 1, ps.Array(ps.f32)),
-            y       = ("buffer", 2, ps.Array(ps.f32)),
-            w_in    = ("buffer", 3, ps.Array(ps.f32)),
-            w_out_i = ("buffer", 4, ps.Array(ps.f32)),
-            w_out_j = ("buffer", 5, ps.Array(ps.f32)),
-            b_in    = ("buffer", 6, ps.Array(ps.f32)),
-            b_out   = ("buffer", 7, ps.Array(ps.f32)),
-            l_out   = ("buffer", 8, ps.Array(ps.f32)),
-            M       = ("buffer", 9, ps.Array(ps.f32))):
-
-        i = index.x
-
-        m = M[0]
-
-        w_curr = vec2(w_in[0], w_in[1])
-        b_curr = b_in[0]
-
-        x_curr = vec2(x_i[i], x_j[i])
-        y_curr = y[i]
-
-        z_dot = w_curr @ x_curr
-        z = z_dot + b_curr
-        y_hat = 1.0 / (1.0 + exp(-z))
-
-        d_z = y_hat - y_curr
-        d_w = (1.0 / m) * x_curr * d_z
-        d_b = (1.0 / m) * d_z
-
-        loss = -((y_curr * log(y_hat)) + ((1.0 + y_curr) * log(1.0 - y_hat)))
-
-        w_out_i[i] = d_w.x
-        w_out_j[i] = d_w.y
-        b_out[i] = d_b
-        l_out[i] = loss
-
+    # scopedgpu: was a pyshader function (compute_shader), the same shader in GLSL
+    compute_shader = compile_source("""
+#version 450
+layout(local_size_x = 1) in;
+layout(set = 0, binding = 0) buffer Bxi { float x_i[]; };
+layout(set = 0, binding = 1) buffer Bxj { float x_j[]; };
+layout(set = 0, binding = 2) buffer By { float y[]; };
+layout(set = 0, binding = 3) buffer Bwin { float w_in[]; };
+layout(set = 0, binding = 4) buffer Bwouti { float w_out_i[]; };
+layout(set = 0, binding = 5) buffer Bwoutj { float w_out_j[]; };
+layout(set = 0, binding = 6) buffer Bbin { float b_in[]; };
+layout(set = 0, binding = 7) buffer Bbout { float b_out[]; };
+layout(set = 0, binding = 8) buffer Blout { float l_out[]; };
+layout(set = 0, binding = 9) buffer BM { float M[]; };
+void main() {
+    int i = int(gl_GlobalInvocationID.x);
+    float m = M[0];
+    vec2 w_curr = vec2(w_in[0], w_in[1]);
+    float b_curr = b_in[0];
+    vec2 x_curr = vec2(x_i[i], x_j[i]);
+    float y_curr = y[i];
+    float z_dot = dot(w_curr, x_curr);
+    float z = z_dot + b_curr;
+    float y_hat = 1.0 / (1.0 + exp(-z));
+    float d_z = y_hat - y_curr;
+    vec2 d_w = (1.0 / m) * x_curr * d_z;
+    float d_b = (1.0 / m) * d_z;
+    float loss = -((y_curr * log(y_hat)) + ((1.0 + y_curr) * log(1.0 - y_hat)));
+    w_out_i[i] = d_w.x;
+    w_out_j[i] = d_w.y;
+    b_out[i] = d_b;
+    l_out[i] = loss;
+}
+""")
 
     mgr = kp.Manager(0)
 
@@ -76,7 +72,7 @@ def test_logistic_regression():
     sq.record(kp.OpTensorSyncDevice([tensor_w_in, tensor_b_in]))
 
     # Record operation to execute GPU shader against all our parameters
-    sq.record(kp.OpAlgoDispatch(mgr.algorithm(params, compute_shader.to_spirv())))
+    sq.record(kp.OpAlgoDispatch(mgr.algorithm(params, compute_shader)))
 
     # Record operation to sync memory from GPU to local memory
     sq.record(kp.OpTensorSyncLocal([tensor_w_out_i, tensor_w_out_j, tensor_b_out, tensor_l_out]))
