@@ -24,9 +24,9 @@ import scopedgpu as _sg
 from scopedgpu._errors import DestroyedError
 from scopedgpu._shaders import builtin_spirv
 
-__all__ = ["TensorTypes", "TensorDataTypes", "UnsupportedDtypeError", "OpBase", "OpTensorSyncDevice",
+__all__ = ["TensorTypes", "TensorDataTypes", "OpBase", "OpTensorSyncDevice",
            "OpTensorSyncLocal", "OpTensorCopy", "OpAlgoDispatch", "OpMult", "Algorithm",
-           "Tensor", "Sequence", "Manager"]
+           "Tensor", "Sequence", "Manager", "UnsupportedDtypeError", "SequenceRunningError"]
 
 # The version of the kp API this module implements (scopedgpu's own is
 # scopedgpu.__version__).
@@ -177,11 +177,11 @@ class Algorithm:
             raise TypeError(f"workgroup must be three integers, not {workgroup!r}") from None
         if len(wg) != 3:
             raise TypeError(f"workgroup must be three integers, not {workgroup!r}")
-        if wg[0] == 0:
-            # kp: Workgroup() (all zero) dispatches tensors[0].size() groups.
-            if not natives:
-                raise ValueError("algorithm: give a workgroup when there are no tensors")
-            wg = (natives[0].size, 1, 1)
+        if wg[0] <= 0:
+            # kp: no x count dispatches tensors[0].size() groups (1 without tensors).
+            wg = (natives[0].size if natives else 1, 1, 1)
+        else:
+            wg = (wg[0], wg[1] if wg[1] > 0 else 1, wg[2] if wg[2] > 0 else 1)
         if not isinstance(spirv, (bytes, bytearray, memoryview)):
             raise TypeError(f"spirv must be bytes, not {type(spirv).__name__}")
         native = self._manager._m.algorithm(
@@ -243,26 +243,23 @@ class OpTensorSyncLocal(OpBase):
 
 
 class OpTensorCopy(OpBase):
-    """Copies the first tensor's device memory into each of the others."""
+    """Copies the first tensor's device memory into each of the others, and, once the
+    sequence completed, its host data into theirs (storage tensors have none), as kp."""
 
     def __init__(self, tensors: list[Tensor]):
         self._natives = _natives(tensors, "OpTensorCopy")
 
     def _native(self) -> _sg.Op:
-        # kp also copied the host data; scopedgpu's copy is on the device only, so the
-        # host copies of the destinations follow with the source's.
-        return _CopyWithHost(self._natives)
+        return _sg.OpTensorCopy(self._natives)
 
-
-class _CopyWithHost(_sg.OpTensorCopy):
-    """kp's OpTensorCopy also copies the source's host data into the destinations'."""
-
-    def _pre(self) -> None:
-        src = self.tensors[0]
-        if src.kind != "storage":
-            for t in self.tensors[1:]:
-                if t.kind != "storage":
-                    t.data()[...] = src.data().view(t.dtype).reshape(t.shape)
+    def _post(self) -> None:
+        src = self._natives[0]
+        if src.kind == "storage" or src.destroyed:
+            return
+        raw = src.data().view(np.uint8).reshape(-1)
+        for t in self._natives[1:]:
+            if t.kind != "storage" and not t.destroyed:
+                np.copyto(t.data().view(np.uint8).reshape(-1), raw)
 
 
 class OpAlgoDispatch(OpBase):
@@ -302,6 +299,11 @@ class OpMult(OpAlgoDispatch):
 
 
 # -- sequences -----------------------------------------------------------------------
+class SequenceRunningError(_sg.ScopedGPUError, RuntimeError):
+    """record() or eval*() on a sequence evaluated with eval_async() and not yet awaited
+    (kp raised RuntimeError; this is also a RuntimeError)."""
+
+
 class Sequence:
     """Recorded operations (kp.Sequence), over a scopedgpu sequence. Freed by destroy(),
     by Manager.destroy(), or when it becomes unreachable (after its GPU work)."""
@@ -310,6 +312,7 @@ class Sequence:
         self._manager = manager
         self._s = native
         self._ops: list[Any] = []
+        self._awaiting = False   # kp's isRunning(): eval_async() not yet awaited
 
     def _op(self, op: Any) -> _sg.Op:
         if isinstance(op, OpBase):
@@ -318,8 +321,21 @@ class Sequence:
             return op
         raise TypeError(f"record() takes a kp operation (kp.OpBase), not {type(op).__name__}")
 
+    def _not_running(self, what: str) -> None:
+        if self._awaiting:
+            raise SequenceRunningError(
+                f"{what} on {self!r}, which was evaluated with eval_async() and not yet "
+                "awaited: call eval_await() first")
+
+    def _post_eval(self) -> None:
+        for op in self._ops:
+            post = getattr(op, "_post", None)
+            if post is not None:
+                post()
+
     def record(self, op: OpBase) -> Sequence:
         """Appends an operation; returns the sequence."""
+        self._not_running("record()")
         native = self._op(op)
         self._s.record(native)
         self._ops.append(op)
@@ -328,30 +344,45 @@ class Sequence:
     def eval(self, op: OpBase | None = None) -> Sequence:
         """Submits the recorded operations and waits. With an op: clears, records it,
         evaluates."""
+        self._not_running("eval()")
         if op is not None:
             self.clear()
             self.record(op)
         self._s.eval()
+        self._post_eval()
         return self
 
     def eval_async(self, op: OpBase | None = None) -> Sequence:
         """Submits and returns before the GPU is done; eval_await() waits."""
+        self._not_running("eval_async()")
         if op is not None:
             self.clear()
             self.record(op)
         self._s.eval_async()
+        self._awaiting = True
         return self
 
     def eval_await(self, wait: int | None = None) -> Sequence:
-        """Waits for the last submission, at most `wait` nanoseconds (kp's unit)."""
-        self._s.eval_await(None if wait is None else int(wait) / 1e9)
+        """Waits for the last eval_async(), at most `wait` nanoseconds (kp's unit; None: no
+        limit). On timeout the sequence still runs: is_running() stays True."""
+        if not self._awaiting:
+            log.warning("Kompute Sequence evalAwait called without existing eval")
+            self._s._check()
+            return self
+        if not self._s.eval_await(None if wait is None else int(wait) / 1e9):
+            log.warning("Kompute Sequence evalAwait reached timeout of %s", wait)
+            return self
+        self._awaiting = False
+        self._post_eval()
         return self
 
     def is_recording(self) -> bool:
+        """True when operations were recorded since the last evaluation."""
         return not self._s.destroyed and self._s.is_recording
 
     def is_running(self) -> bool:
-        return not self._s.destroyed and self._s.is_running
+        """True from eval_async() until eval_await() returned (kp's meaning)."""
+        return self._awaiting and not self._s.destroyed
 
     def is_init(self) -> bool:
         return not self._s.destroyed
@@ -360,6 +391,7 @@ class Sequence:
         """Forgets the recorded operations (after a running submission)."""
         self._s.clear()
         self._ops.clear()
+        self._awaiting = False
 
     def rerecord(self) -> None:
         """Records the same operations again (picking up rebuilt algorithms)."""
@@ -376,6 +408,8 @@ class Sequence:
     def destroy(self) -> None:
         """Waits for its GPU work, then frees it. Idempotent."""
         self._s.destroy()
+        self._ops.clear()
+        self._awaiting = False
 
     def __repr__(self) -> str:
         return f"<kp.Sequence {self._s!r}>"
@@ -410,6 +444,11 @@ class Manager:
             chosen = int(env) if env.isdigit() else env
         self._m = _sg.Manager(chosen)
         self._queues = max(1, len(queues))
+        if self._queues > self._m._nqueues:
+            self._m.close()
+            raise ValueError(f"{len(queues)} queues were asked for (family_queue_indices="
+                             f"{queues}); {self._m.device.name} offers "
+                             f"{self._m._nqueues} compute queue(s)")
 
     def destroy(self) -> None:
         """Waits for all GPU work, then frees every tensor, algorithm and sequence of this
