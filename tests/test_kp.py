@@ -14,15 +14,6 @@ from scopedgpu.manager import live_vulkan_objects
 from tests.kompute.utils import compile_source
 from tests.test_binding_match import UNUSED_BINDING
 
-MULT = """
-#version 450
-layout(local_size_x = 1) in;
-layout(set = 0, binding = 0) buffer A { float a[]; };
-layout(set = 0, binding = 1) buffer B { float b[]; };
-layout(set = 0, binding = 2) buffer C { float c[]; };
-void main() { uint i = gl_GlobalInvocationID.x; c[i] = a[i] * b[i]; }
-"""
-
 ADD_ONE = """
 #version 450
 layout(local_size_x = 1) in;
@@ -48,15 +39,6 @@ def kmgr():
         m.destroy()
     gc.collect()
     assert live_vulkan_objects() == before
-
-
-def _mult(m, a, b, out):
-    params = [a, b, out]
-    (m.sequence()
-        .record(kp.OpTensorSyncDevice(params))
-        .record(kp.OpAlgoDispatch(m.algorithm(params, compile_source(MULT))))
-        .record(kp.OpTensorSyncLocal([out]))
-        .eval())
 
 
 def test_unused_binding_runs(kmgr):
