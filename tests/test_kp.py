@@ -151,8 +151,8 @@ def test_after_manager_destroy_everything_raises():
 
 
 def test_anonymous_sequences_are_freed(kmgr):
-    """kp kept every sequence the manager made until the manager went; here a sequence
-    that becomes unreachable is freed (after its GPU work)."""
+    """A sequence that becomes unreachable is freed (after its GPU work), as the
+    shared pointer of kp's freed it."""
     t = kmgr.tensor([0, 0, 0])
     algo = kmgr.algorithm([t], compile_source(ADD_ONE))
     kmgr.sequence().eval(kp.OpTensorSyncDevice([t]))
@@ -264,3 +264,21 @@ def test_device_properties(kmgr):
     assert props["device_name"] == kmgr._m.device.name
     devices = kmgr.list_devices()
     assert [d["device_name"] for d in devices] == [d.name for d in sg.devices()]
+
+
+def test_destroy_while_running_waits_for_the_gpu(kmgr):
+    """kp freed the Vulkan objects of a tensor or sequence destroyed while its GPU work
+    ran; scopedgpu.kp waits for that work (the validation layer, on under
+    SCOPEDGPU_DEBUG=1, would report a use of a freed object)."""
+    t = kmgr.tensor(np.zeros(4096))
+    algo = kmgr.algorithm([t], compile_source(ADD_ONE))
+    seq = kmgr.sequence()
+    seq.record(kp.OpTensorSyncDevice([t])).record(kp.OpAlgoDispatch(algo))
+    seq.record(kp.OpTensorSyncLocal([t]))
+    td = t.data()
+    seq.eval_async()
+    t.destroy()
+    algo.destroy()
+    seq.destroy()
+    assert not seq.is_init() and not t.is_init()
+    assert td.tolist() == [1.0] * 4096           # the sync completed into the array
