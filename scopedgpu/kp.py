@@ -184,13 +184,30 @@ class Algorithm:
             wg = (wg[0], wg[1] if wg[1] > 0 else 1, wg[2] if wg[2] > 0 else 1)
         if not isinstance(spirv, (bytes, bytearray, memoryview)):
             raise TypeError(f"spirv must be bytes, not {type(spirv).__name__}")
-        native = self._manager._m.algorithm(
-            natives, bytes(spirv), wg, _consts(spec_consts, "spec_consts"),
-            _consts(push_consts, "push_consts"), reinterpret=True)
+        mgr = self._manager._m
+        mgr._open()
+        info = mgr._state.reflect(bytes(spirv))
+        spec = _consts(spec_consts, "spec_consts")
+        if spec is not None:
+            # Vulkan ignores specialization constants the module does not declare (an
+            # optimizer may have removed them), and so did kp: drop those at the end.
+            n = len(spec)
+            while n and (n - 1) not in info.spec_constants:
+                n -= 1
+            spec = spec[:n] if n else None
+        push = _consts(push_consts, "push_consts")
+        self._push_size = info.push_constant_size
+        native = mgr.algorithm(natives, bytes(spirv), wg, spec, self._pushed(push),
+                               reinterpret=True)
         old, self._a = self._a, native
         self._tensors = list(tensors)
         if old is not None:
             old.destroy()
+
+    def _pushed(self, push: Any) -> Any:
+        """Push constants for a shader that declares none go nowhere (kp gave them a
+        push-constant range the shader did not use)."""
+        return push if self._push_size else None
 
     def _native(self) -> _sg.Algorithm:
         if self._a is None or self._a.destroyed:
@@ -275,7 +292,8 @@ class OpAlgoDispatch(OpBase):
         self._push = _consts(push_consts if push_consts is not None else [], "push_consts")
 
     def _native(self) -> _sg.Op:
-        return _sg.OpAlgoDispatch(self._algorithm._native(), self._push)
+        algo = self._algorithm
+        return _sg.OpAlgoDispatch(algo._native(), algo._pushed(self._push))
 
 
 class OpMult(OpAlgoDispatch):

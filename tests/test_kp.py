@@ -282,3 +282,13 @@ def test_destroy_while_running_waits_for_the_gpu(kmgr):
     seq.destroy()
     assert not seq.is_init() and not t.is_init()
     assert td.tolist() == [1.0] * 4096           # the sync completed into the array
+
+
+def test_constants_the_shader_does_not_declare_are_ignored(kmgr):
+    """Vulkan ignores specialization constants a module lacks and push constants it does
+    not read (glslc -O removes unused ones), and so did kp."""
+    t = kmgr.tensor([0, 0])
+    algo = kmgr.algorithm([t], compile_source(ADD_ONE), (2, 1, 1), [1.0, 2.0], [3.0])
+    (kmgr.sequence().record(kp.OpAlgoDispatch(algo, [4.0]))
+        .record(kp.OpTensorSyncLocal([t])).eval())
+    assert t.data().tolist() == [1.0, 1.0]

@@ -11,7 +11,17 @@ import pytest
 import scopedgpu.kp
 from scopedgpu.manager import live_vulkan_objects
 
+# Kompute's test modules bind `kp` when they are imported, at collection; the real kp
+# package, if installed, gets its name back once collection is over.
+_previous = sys.modules.get("kp")
 sys.modules["kp"] = scopedgpu.kp
+
+
+def pytest_collection_finish(session):
+    if _previous is None:
+        sys.modules.pop("kp", None)
+    else:
+        sys.modules["kp"] = _previous
 
 
 @pytest.fixture(autouse=True)
