@@ -99,7 +99,8 @@ class Tensor:
     def data(self) -> np.ndarray:
         """The host data as a writable numpy array without copying; `.base` is this
         tensor. Changes reach the device with OpTensorSyncDevice. Raises
-        scopedgpu.DestroyedError after destroy() (kp read freed memory)."""
+        scopedgpu.DestroyedError after destroy() (kp returned an empty array there, and
+        arrays taken before pointed at freed memory; here they stay valid)."""
         self._t.data()   # raises for a destroyed or storage tensor
         return np.asarray(self)
 
