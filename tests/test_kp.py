@@ -231,7 +231,8 @@ def test_tensor_copy_copies_host_data_too(kmgr):
 def test_default_workgroup_is_the_first_tensors_size(kmgr):
     t = kmgr.tensor(np.zeros(37))
     algo = kmgr.algorithm([t], compile_source(ADD_ONE))           # Workgroup() = 0, 0, 0
-    kmgr.sequence().record(kp.OpAlgoDispatch(algo)).record(kp.OpTensorSyncLocal([t])).eval()
+    (kmgr.sequence().record(kp.OpTensorSyncDevice([t])).record(kp.OpAlgoDispatch(algo))
+        .record(kp.OpTensorSyncLocal([t])).eval())
     assert t.data().tolist() == [1.0] * 37
     algo2 = kmgr.algorithm([t], compile_source(ADD_ONE), (2, 0, 0))  # y, z of 0 are 1
     kmgr.sequence().record(kp.OpAlgoDispatch(algo2)).record(kp.OpTensorSyncLocal([t])).eval()
@@ -250,7 +251,7 @@ void main() { a[gl_GlobalInvocationID.x] += p.x; }
     algo = kmgr.algorithm([t], spirv, (2, 1, 1), [], np.array([3], np.uint32))
     with pytest.raises(RuntimeError, match="no valid dtype"):
         kp.OpAlgoDispatch(algo, np.array([1], np.int64))
-    (kmgr.sequence().record(kp.OpAlgoDispatch(algo))
+    (kmgr.sequence().record(kp.OpTensorSyncDevice([t])).record(kp.OpAlgoDispatch(algo))
         .record(kp.OpAlgoDispatch(algo, np.array([4], np.uint32)))
         .record(kp.OpTensorSyncLocal([t])).eval())
     assert t.data().tolist() == [7, 7]
@@ -289,6 +290,7 @@ def test_constants_the_shader_does_not_declare_are_ignored(kmgr):
     not read (glslc -O removes unused ones), and so did kp."""
     t = kmgr.tensor([0, 0])
     algo = kmgr.algorithm([t], compile_source(ADD_ONE), (2, 1, 1), [1.0, 2.0], [3.0])
-    (kmgr.sequence().record(kp.OpAlgoDispatch(algo, [4.0]))
+    (kmgr.sequence().record(kp.OpTensorSyncDevice([t]))
+        .record(kp.OpAlgoDispatch(algo, [4.0]))
         .record(kp.OpTensorSyncLocal([t])).eval())
     assert t.data().tolist() == [1.0, 1.0]
