@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import operator
 import os
 from typing import Any, Iterable
 
@@ -153,8 +154,8 @@ def _consts(values: Any, what: str) -> Any:
         return None
     if isinstance(values, np.ndarray):
         if values.dtype not in (np.float32, np.int32, np.uint32, np.float64):
-            raise UnsupportedDtypeError(f"Kompute Python no valid dtype supported: {what} of "
-                                   f"dtype {values.dtype}")
+            raise UnsupportedDtypeError(
+                f"Kompute Python no valid dtype supported: {what} of dtype {values.dtype}")
         return values.ravel() if values.size else None
     values = list(values)
     return values or None
@@ -451,8 +452,12 @@ class Manager:
 
     def __init__(self, device: int = 0, family_queue_indices: Iterable[int] = (),
                  desired_extensions: Iterable[str] = ()):
-        if not isinstance(device, int) or isinstance(device, bool) or device < 0:
-            raise TypeError(f"device must be a device index (int >= 0), not {device!r}")
+        try:
+            device = operator.index(device)
+        except TypeError:
+            raise TypeError(f"device must be a device index, not {device!r}") from None
+        if device < 0:
+            raise ValueError(f"device must be a device index (>= 0), not {device}")
         queues = [int(q) for q in family_queue_indices]
         exts = list(desired_extensions)
         if not all(isinstance(e, str) for e in exts):
@@ -496,10 +501,11 @@ class Manager:
         """A tensor of `data` flattened, keeping its dtype: float32, uint32, int32,
         float64 or bool (others raise, as in kp)."""
         arr = np.ravel(np.asarray(data))
-        if arr.dtype.newbyteorder("=") not in _DATA_TYPES:
-            raise UnsupportedDtypeError(f"Kompute Python no valid dtype supported: {arr.dtype} "
-                                   "(tensor_t takes float32, uint32, int32, float64, bool)")
-        dtype = arr.dtype.newbyteorder("=")
+        if arr.dtype not in _DATA_TYPES:   # byte order included: native order only
+            raise UnsupportedDtypeError(
+                f"Kompute Python no valid dtype supported: {arr.dtype} (tensor_t takes "
+                "float32, uint32, int32, float64, bool)")
+        dtype = arr.dtype
         stored = arr.view(np.uint8) if dtype == np.bool_ else arr
         return Tensor(self, self._m.tensor(stored, kind=_kind(tensor_type)), dtype)
 
