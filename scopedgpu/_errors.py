@@ -47,8 +47,9 @@ class ValidationError(ScopedGPUError):
 
 
 class DtypeWarning(UserWarning):
-    """A tensor's dtype differs from the element type its shader binding declares in a way
-    that may be deliberate (bytes reinterpreted); see Manager.algorithm()."""
+    """Kept so that code which filters it keeps working; scopedgpu no longer issues it: a
+    tensor whose dtype differs from its binding's declared element type now raises
+    ShaderError (Manager.algorithm(..., reinterpret=True) opts in to reinterpretation)."""
 
 
 _RESULTS = {

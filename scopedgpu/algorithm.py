@@ -5,13 +5,12 @@ import math
 import numbers
 import operator
 import struct
-import warnings
 from typing import TYPE_CHECKING, Any, Sequence as Seq
 
 import numpy as np
 
 from scopedgpu._base import Child, Handle
-from scopedgpu._errors import DtypeWarning, ShaderError, check
+from scopedgpu._errors import ShaderError, check
 from scopedgpu._ffi import ffi, lib
 from scopedgpu._spirv import ShaderInfo, SpecConstant
 from scopedgpu.tensor import Tensor
@@ -165,17 +164,20 @@ _NUMPY = {("float", 16): "float16", ("float", 32): "float32", ("float", 64): "fl
           ("uint", 64): "uint64"}
 
 
-def check_element_types(tensors: list[Tensor], info: ShaderInfo, what: str) -> None:
+def check_element_types(tensors: list[Tensor], info: ShaderInfo, what: str,
+                        reinterpret: bool = False) -> None:
     """Compares each tensor's dtype with the element type of its binding's runtime array.
 
-    ShaderError when the shader would misread every value and no one does it on purpose:
-    float data through a float of another width (float64 from np.sqrt or a default numpy
-    array into `float a[]`), or integers through a narrower integer (int64 from
-    np.arange into `int a[]`). DtypeWarning for the reinterpretations people do make
-    deliberately (uint32 bits through `float a[]`, uint8 bytes packed into `uint a[]`);
-    int and uint of one width are accepted silently. A deliberate reinterpretation says
-    so with a numpy view: mgr.tensor(arr.view(np.uint32)).
+    ShaderError when they differ: float64 from np.zeros() or int64 from np.arange() into
+    `float a[]`, float32 into `int a[]`, uint8 into `uint a[]`: the shader would read the
+    bytes as its own type, not convert them. int and uint of one width are accepted
+    (indices and bit patterns move between them freely). Bindings the module does not use
+    have no declared type and take any dtype. A deliberate reinterpretation says so,
+    either with a numpy view of the shader's type (mgr.tensor(arr.view(np.float32))) or
+    with algorithm(..., reinterpret=True), which skips this check (kp's behaviour).
     """
+    if reinterpret:
+        return
     for i, t in enumerate(tensors):
         elem = info.element_types.get(i)
         kind = _KIND.get(t.dtype.kind)
@@ -187,19 +189,12 @@ def check_element_types(tensors: list[Tensor], info: ShaderInfo, what: str) -> N
             continue
         glsl = _GLSL.get(elem, f"{skind}{swidth}")
         want = _NUMPY.get(elem, glsl)
-        msg = (f"{what}: binding {i} is {t!r}, but the shader reads it as `{glsl}[]` "
-               f"({swidth}-bit {skind}), so every value would be misread")
-        if (kind == skind == "float") or (kind != "float" and skind != "float"
-                                          and width > swidth):
-            raise ShaderError(
-                f"{msg}. Create the tensor with dtype={want} (e.g. "
-                f"mgr.tensor(arr.astype(np.{want}))), or change the shader's type; to "
-                f"reinterpret the bytes on purpose, pass a view: arr.view(np.{want})")
-        warnings.warn(
-            f"{what}: binding {i} is {t!r}, but the shader reads it as `{glsl}[]` "
-            f"({swidth}-bit {skind}); the bytes are reinterpreted, not converted. If that "
-            f"is deliberate, pass arr.view(np.{want}) to say so",
-            DtypeWarning, stacklevel=4)
+        raise ShaderError(
+            f"{what}: binding {i} is {t!r} (dtype {t.dtype}), but the shader declares it "
+            f"as `{glsl}[]` ({swidth}-bit {skind}), so every value would be misread. "
+            f"Create the tensor with dtype={want} (e.g. mgr.tensor(arr.astype(np.{want}))), "
+            f"or change the shader's type; to reinterpret the bytes on purpose, pass a view "
+            f"(arr.view(np.{want})) or algorithm(..., reinterpret=True)")
 
 
 class Algorithm(Child):
@@ -212,7 +207,8 @@ class Algorithm(Child):
     _what = "algorithm"
 
     def __init__(self, manager: Manager, tensors: Seq[Tensor], spirv: bytes,
-                 workgroup: Seq[int] | None, spec_consts: Any, push_consts: Any):
+                 workgroup: Seq[int] | None, spec_consts: Any, push_consts: Any, *,
+                 reinterpret: bool = False):
         state = manager._state
         tensors = list(tensors)
         for i, t in enumerate(tensors):
@@ -228,13 +224,16 @@ class Algorithm(Child):
             raise ShaderError(
                 f"{what}: the shader declares a {kind} at set {dset}, binding {binding}; "
                 "scopedgpu binds tensors as storage buffers of set 0")
-        expected = list(range(len(tensors)))
-        if info.bindings != expected:
+        # Bindings are matched by number: binding i is tensors[i]. A tensor whose binding
+        # the module does not use (never declared, or removed by an optimizer) is bound
+        # and skipped by the shader; every binding the module uses needs a tensor.
+        unbound = [b for b in info.bindings if b >= len(tensors)]
+        if unbound:
             raise ShaderError(
                 f"{what}: the shader declares storage-buffer bindings {info.bindings}, but "
-                f"{len(tensors)} tensors were given (binding i is tensors[i], so the shader "
-                f"must declare bindings {expected})")
-        check_element_types(tensors, info, what)
+                f"only {len(tensors)} tensors were given (binding i is tensors[i], so "
+                f"binding {unbound[0]} needs at least {unbound[-1] + 1} tensors)")
+        check_element_types(tensors, info, what, reinterpret)
         dev = state.info
         limit = dev.max_storage_buffer_range
         for i, t in enumerate(tensors):
@@ -296,7 +295,7 @@ class Algorithm(Child):
             if state.debug:
                 state.stale_validation(f"creating {what}")
             try:
-                program = state.get_program(spirv, info, spec)
+                program = state.get_program(spirv, info, spec, len(tensors))
                 try:
                     blocks = ffi.new("sg_block *[]",
                                      [t._gpu.block.handle for t in tensors] or [ffi.NULL])

@@ -273,16 +273,21 @@ class _State:
                 self.reflections.popitem(last=False)
         return info
 
-    def get_program(self, spirv: bytes, info: ShaderInfo, spec: tuple) -> _Program:
+    def get_program(self, spirv: bytes, info: ShaderInfo, spec: tuple,
+                    nbindings: int | None = None) -> _Program:
+        # nbindings: the descriptor set layout's bindings 0..nbindings-1 (one per tensor),
+        # a superset of those the module uses (unused ones are valid Vulkan).
+        if nbindings is None:
+            nbindings = len(info.bindings)
         ids, offsets, sizes, blob = spec
-        key = (bytes(spirv), tuple(ids), tuple(sizes), blob)
+        key = (bytes(spirv), tuple(ids), tuple(sizes), blob, nbindings)
         prog = self.programs.get(key)
         if prog is None:
             code = ffi.from_buffer("uint32_t[]", bytes(spirv))
             out = ffi.new("sg_program **")
             n = len(ids)
             rc = lib.sg_program_create(
-                self.dev, code, len(spirv), len(info.bindings), info.push_constant_size, n,
+                self.dev, code, len(spirv), nbindings, info.push_constant_size, n,
                 ffi.new("uint32_t[]", ids or [0]), ffi.new("uint32_t[]", offsets or [0]),
                 ffi.new("uint32_t[]", sizes or [0]), blob or ffi.NULL, len(blob), out)
             try:
@@ -603,13 +608,18 @@ class Manager:
 
     # -- algorithms and sequences -----------------------------------------------------------
     def algorithm(self, tensors: Seq[Tensor], spirv: bytes, workgroup: Seq[int] | None = None,
-                  spec_consts: Any = None, push_consts: Any = None) -> Algorithm:
+                  spec_consts: Any = None, push_consts: Any = None, *,
+                  reinterpret: bool = False) -> Algorithm:
         """A compute shader bound to tensors (binding i is tensors[i]). workgroup: number of
         workgroups (x, y, z); None covers tensors[0] with the shader's own local size.
         spec_consts/push_consts: a list gives float32 values (kp), a numpy array keeps its
-        dtype. Sizes are checked against the SPIR-V."""
+        dtype. Sizes are checked against the SPIR-V. A tensor whose dtype differs from its
+        binding's declared element type raises ShaderError, unless reinterpret=True (the
+        bytes are then read as the shader's type, as kp does). A tensor whose binding the
+        shader does not use is accepted and ignored by the shader."""
         self._open()
-        return Algorithm(self, tensors, spirv, workgroup, spec_consts, push_consts)
+        return Algorithm(self, tensors, spirv, workgroup, spec_consts, push_consts,
+                         reinterpret=reinterpret)
 
     def sequence(self, name: str | None = None, *, queue: int = 0,
                  timestamps: bool = False) -> Sequence:

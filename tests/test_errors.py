@@ -51,11 +51,11 @@ def test_truncated_and_corrupted_spirv(mgr, glsl):
 def test_binding_count_mismatch(mgr, glsl):
     a, b, c = mgr.tensor([1.0]), mgr.tensor([2.0]), mgr.tensor([3.0])
     spirv = glsl(shaders.TWO_BINDINGS)
-    with pytest.raises(sg.ShaderError, match=r"bindings \[0, 1\].*3 tensors"):
-        mgr.algorithm([a, b, c], spirv)
-    with pytest.raises(sg.ShaderError, match="1 tensors"):
+    with pytest.raises(sg.ShaderError, match=r"bindings \[0, 1\].*only 1 tensors"):
         mgr.algorithm([a], spirv)
     mgr.algorithm([a, b], spirv).destroy()
+    # A tensor for a binding the shader does not declare is bound and skipped.
+    mgr.algorithm([a, b, c], spirv).destroy()
     still_usable(mgr)
 
 

@@ -1,0 +1,296 @@
+"""scopedgpu.kp, Kompute 0.9's Python API over scopedgpu, beyond what Kompute's own tests
+(tests/kompute/) cover: kp's arguments and defaults, and where kp crashed or leaked,
+scopedgpu's typed errors and lifetimes."""
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+
+import scopedgpu as sg
+import scopedgpu.kp as kp
+from scopedgpu.manager import live_vulkan_objects
+from tests.kompute.utils import compile_source
+from tests.test_binding_match import UNUSED_BINDING
+
+ADD_ONE = """
+#version 450
+layout(local_size_x = 1) in;
+layout(set = 0, binding = 0) buffer A { float a[]; };
+void main() { a[gl_GlobalInvocationID.x] += 1.0; }
+"""
+
+
+@pytest.fixture
+def kmgr():
+    """A kp.Manager, leak-checked: at teardown its live objects are back to what they
+    were once it opened, and destroying it frees every Vulkan object."""
+    before = live_vulkan_objects()
+    m = kp.Manager()
+    gc.collect()
+    m._m.empty_cache()
+    baseline = m._m.live_objects()
+    yield m
+    if not m._m.closed:
+        gc.collect()
+        m._m.empty_cache()
+        assert m._m.live_objects() == baseline
+        m.destroy()
+    gc.collect()
+    assert live_vulkan_objects() == before
+
+
+def test_unused_binding_runs(kmgr):
+    """Bindings 0, 1, 2 declared, 1 never used (glslc -O removes it): kp binds three
+    tensors and runs it; so does scopedgpu.kp."""
+    a, b, c = kmgr.tensor([1, 2, 3]), kmgr.tensor([7, 8, 9]), kmgr.tensor([0, 0, 0])
+    params = [a, b, c]
+    algo = kmgr.algorithm(params, compile_source(UNUSED_BINDING))
+    kmgr.sequence().eval(kp.OpTensorSyncDevice(params))
+    kmgr.sequence().record(kp.OpAlgoDispatch(algo)).record(kp.OpTensorSyncLocal(params)).eval()
+    assert c.data().tolist() == [2.0, 4.0, 6.0]
+    assert b.data().tolist() == [7.0, 8.0, 9.0]
+
+
+def test_tensor_is_float32_and_flat(kmgr):
+    t = kmgr.tensor(np.arange(12, dtype=np.int64).reshape(3, 4))
+    assert t.data().dtype == np.float32 and t.data().shape == (12,)
+    assert t.size() == len(t) == 12
+    assert t.data_type() == kp.TensorDataTypes.float
+    assert t.data().tolist() == list(map(float, range(12)))
+
+
+@pytest.mark.parametrize("dtype,expected", [
+    (np.float32, kp.TensorDataTypes.float), (np.uint32, kp.TensorDataTypes.unsigned_int),
+    (np.int32, kp.TensorDataTypes.int), (np.float64, kp.TensorDataTypes.double),
+    (np.bool_, kp.TensorDataTypes.bool)])
+def test_tensor_t_keeps_the_dtype(kmgr, dtype, expected):
+    if dtype == np.float64 and not kmgr._m.device.float64:
+        pytest.skip("no shaderFloat64 on this device")
+    arr = np.array([[1, 0], [1, 1]], dtype=dtype)
+    t = kmgr.tensor_t(arr)
+    assert t.data_type() == expected
+    assert t.data().dtype == dtype and t.data().tolist() == arr.ravel().tolist()
+    kmgr.sequence().eval(kp.OpTensorSyncDevice([t]))
+    t.data()[:] = 0
+    kmgr.sequence().eval(kp.OpTensorSyncLocal([t]))
+    assert t.data().tolist() == arr.ravel().tolist()
+
+
+def test_tensor_t_refuses_what_kp_refuses(kmgr):
+    with pytest.raises(RuntimeError, match="no valid dtype supported"):
+        kmgr.tensor_t(np.arange(3))              # int64
+    with pytest.raises(TypeError):
+        kmgr.tensor_t(np.arange(3, dtype=np.int16))
+
+
+def test_tensor_types(kmgr):
+    assert kp.device is kp.TensorTypes.device and kp.storage is kp.TensorTypes.storage
+    h = kmgr.tensor([1, 2, 3], kp.TensorTypes.host)
+    s = kmgr.tensor_t(np.array([1, 2, 3], np.float32), tensor_type=kp.TensorTypes.storage)
+    d = kmgr.tensor([0, 0, 0])
+    assert h.tensor_type() == kp.TensorTypes.host
+    assert s.tensor_type() == kp.TensorTypes.storage
+    assert d.tensor_type() == kp.TensorTypes.device
+    with pytest.raises(sg.ScopedGPUError, match="storage"):
+        s.data()                                  # kp: a null pointer
+    (kmgr.sequence().record(kp.OpTensorCopy([s, d]))
+        .record(kp.OpTensorSyncLocal([d])).eval())
+    assert d.data().tolist() == [1.0, 2.0, 3.0]
+    assert h.data().tolist() == [1.0, 2.0, 3.0]
+
+
+def test_data_base_is_the_tensor_and_outlives_everything():
+    m = kp.Manager()
+    t = m.tensor([1, 2, 3])
+    td = t.data()
+    assert td.base is t and td.base.is_init()
+    td[0] = 5                                    # writable, the memory data() returns
+    assert t.data().tolist() == [5.0, 2.0, 3.0]
+    m.destroy()
+    assert not td.base.is_init()
+    assert td.tolist() == [5.0, 2.0, 3.0]        # kp: freed memory
+    td[1] = 7
+    assert td.tolist() == [5.0, 7.0, 3.0]
+
+
+def test_use_after_destroy_raises(kmgr):
+    t = kmgr.tensor([1, 2, 3])
+    algo = kmgr.algorithm([t], compile_source(ADD_ONE))
+    seq = kmgr.sequence().record(kp.OpTensorSyncDevice([t])).record(kp.OpAlgoDispatch(algo))
+    algo.destroy()
+    assert not algo.is_init()
+    with pytest.raises(sg.DestroyedError):
+        seq.eval()                                # kp: a destroyed pipeline, recorded
+    with pytest.raises(sg.DestroyedError):
+        kp.OpAlgoDispatch(algo)
+    t.destroy()
+    assert not t.is_init() and t.size() == 0     # kp's size() after destroy
+    with pytest.raises(sg.DestroyedError):
+        t.data()
+    with pytest.raises(sg.DestroyedError):
+        kmgr.sequence().record(kp.OpTensorSyncDevice([t]))
+    seq.destroy()
+    assert not seq.is_init()
+    with pytest.raises(sg.DestroyedError):
+        seq.record(kp.OpTensorSyncDevice([kmgr.tensor([1])]))
+
+
+def test_after_manager_destroy_everything_raises():
+    m = kp.Manager()
+    t = m.tensor([1, 2, 3])
+    seq = m.sequence()
+    m.destroy()
+    m.destroy()                                   # idempotent
+    assert not t.is_init() and not seq.is_init()
+    for call in (lambda: m.tensor([1]), lambda: m.sequence(), lambda: t.data(),
+                 lambda: seq.eval(kp.OpTensorSyncDevice([t]))):
+        with pytest.raises(sg.DestroyedError):
+            call()
+
+
+def test_anonymous_sequences_are_freed(kmgr):
+    """A sequence that becomes unreachable is freed (after its GPU work), as the
+    shared pointer of kp's freed it."""
+    t = kmgr.tensor([0, 0, 0])
+    algo = kmgr.algorithm([t], compile_source(ADD_ONE))
+    kmgr.sequence().eval(kp.OpTensorSyncDevice([t]))
+    gc.collect()
+    base = kmgr._m.live_objects()["sequences"]
+    for _ in range(50):
+        kmgr.sequence().record(kp.OpAlgoDispatch(algo)).eval()
+    kmgr.sequence().eval(kp.OpTensorSyncLocal([t]))
+    gc.collect()
+    assert kmgr._m.live_objects()["sequences"] == base
+    assert t.data().tolist() == [50.0, 50.0, 50.0]
+
+
+def test_manager_arguments():
+    m = kp.Manager(0, [0], [])
+    try:
+        assert m.sequence(queue_index=0).is_init()
+        with pytest.raises(ValueError, match="queue_index"):
+            m.sequence(queue_index=1)
+    finally:
+        m.destroy()
+    with pytest.raises(TypeError):
+        kp.Manager(0, [0], [42])
+
+
+def test_timestamps(kmgr):
+    t = kmgr.tensor([0, 0, 0])
+    algo = kmgr.algorithm([t], compile_source(ADD_ONE))
+    seq = kmgr.sequence(queue_index=0, total_timestamps=4)
+    seq.record(kp.OpTensorSyncDevice([t])).record(kp.OpAlgoDispatch(algo))
+    seq.record(kp.OpTensorSyncLocal([t])).eval()
+    stamps = seq.get_timestamps()
+    assert len(stamps) == 4 and stamps == sorted(stamps)
+    assert t.data().tolist() == [1.0, 1.0, 1.0]
+
+
+def test_eval_async_is_running_and_await(kmgr):
+    t = kmgr.tensor([0, 0, 0])
+    algo = kmgr.algorithm([t], compile_source(ADD_ONE))
+    seq = kmgr.sequence()
+    seq.record(kp.OpTensorSyncDevice([t])).record(kp.OpAlgoDispatch(algo))
+    assert seq.is_recording() and not seq.is_running()
+    seq.record(kp.OpTensorSyncLocal([t]))
+    seq.eval_async()
+    assert seq.is_running()                       # until eval_await, as in kp
+    with pytest.raises(RuntimeError, match="eval_await"):
+        seq.eval_async()
+    assert seq.eval_await(10**12) is seq
+    assert not seq.is_running() and not seq.is_recording()
+    assert t.data().tolist() == [1.0, 1.0, 1.0]
+    seq.rerecord()
+    seq.eval()
+    assert t.data().tolist() == [2.0, 2.0, 2.0]
+
+
+def test_opmult_rebuilds_the_algorithm(kmgr):
+    a, b, out = kmgr.tensor([2, 2, 2]), kmgr.tensor([1, 2, 3]), kmgr.tensor([0, 0, 0])
+    algo = kmgr.algorithm([a], compile_source(ADD_ONE))
+    kmgr.sequence().eval(kp.OpTensorSyncDevice([a, b]))
+    (kmgr.sequence().record(kp.OpMult([a, b, out], algo))
+        .record(kp.OpTensorSyncLocal([out])).eval())
+    assert out.data().tolist() == [2.0, 4.0, 6.0]
+    assert algo.get_tensors() == [a, b, out]
+    assert isinstance(kp.OpMult([a, b, out], algo), kp.OpBase)
+
+
+def test_tensor_copy_copies_host_data_too(kmgr):
+    a, b = kmgr.tensor([1, 2, 3]), kmgr.tensor([0, 0, 0])
+    kmgr.sequence().record(kp.OpTensorSyncDevice([a])).record(kp.OpTensorCopy([a, b])).eval()
+    assert b.data().tolist() == [1.0, 2.0, 3.0]   # no OpTensorSyncLocal, as in kp
+    b.data()[:] = 0
+    kmgr.sequence().eval(kp.OpTensorSyncLocal([b]))
+    assert b.data().tolist() == [1.0, 2.0, 3.0]   # and on the device
+
+
+def test_default_workgroup_is_the_first_tensors_size(kmgr):
+    t = kmgr.tensor(np.zeros(37))
+    algo = kmgr.algorithm([t], compile_source(ADD_ONE))           # Workgroup() = 0, 0, 0
+    (kmgr.sequence().record(kp.OpTensorSyncDevice([t])).record(kp.OpAlgoDispatch(algo))
+        .record(kp.OpTensorSyncLocal([t])).eval())
+    assert t.data().tolist() == [1.0] * 37
+    algo2 = kmgr.algorithm([t], compile_source(ADD_ONE), (2, 0, 0))  # y, z of 0 are 1
+    kmgr.sequence().record(kp.OpAlgoDispatch(algo2)).record(kp.OpTensorSyncLocal([t])).eval()
+    assert t.data().tolist() == [2.0, 2.0] + [1.0] * 35
+
+
+def test_push_constant_dtypes(kmgr):
+    spirv = compile_source("""
+#version 450
+layout(local_size_x = 1) in;
+layout(push_constant) uniform P { uint x; } p;
+layout(set = 0, binding = 0) buffer A { uint a[]; };
+void main() { a[gl_GlobalInvocationID.x] += p.x; }
+""")
+    t = kmgr.tensor_t(np.zeros(2, np.uint32))
+    algo = kmgr.algorithm([t], spirv, (2, 1, 1), [], np.array([3], np.uint32))
+    with pytest.raises(RuntimeError, match="no valid dtype"):
+        kp.OpAlgoDispatch(algo, np.array([1], np.int64))
+    (kmgr.sequence().record(kp.OpTensorSyncDevice([t])).record(kp.OpAlgoDispatch(algo))
+        .record(kp.OpAlgoDispatch(algo, np.array([4], np.uint32)))
+        .record(kp.OpTensorSyncLocal([t])).eval())
+    assert t.data().tolist() == [7, 7]
+
+
+def test_device_properties(kmgr):
+    props = kmgr.get_device_properties()
+    assert set(props) == {"device_name", "max_work_group_count",
+                          "max_work_group_invocations", "max_work_group_size",
+                          "timestamps_supported"}
+    assert props["device_name"] == kmgr._m.device.name
+    devices = kmgr.list_devices()
+    assert [d["device_name"] for d in devices] == [d.name for d in sg.devices()]
+
+
+def test_destroy_while_running_waits_for_the_gpu(kmgr):
+    """kp freed the Vulkan objects of a tensor or sequence destroyed while its GPU work
+    ran; scopedgpu.kp waits for that work (the validation layer, on under
+    SCOPEDGPU_DEBUG=1, would report a use of a freed object)."""
+    t = kmgr.tensor(np.zeros(4096))
+    algo = kmgr.algorithm([t], compile_source(ADD_ONE))
+    seq = kmgr.sequence()
+    seq.record(kp.OpTensorSyncDevice([t])).record(kp.OpAlgoDispatch(algo))
+    seq.record(kp.OpTensorSyncLocal([t]))
+    td = t.data()
+    seq.eval_async()
+    t.destroy()
+    algo.destroy()
+    seq.destroy()
+    assert not seq.is_init() and not t.is_init()
+    assert td.tolist() == [1.0] * 4096           # the sync completed into the array
+
+
+def test_constants_the_shader_does_not_declare_are_ignored(kmgr):
+    """Vulkan ignores specialization constants a module lacks and push constants it does
+    not read (glslc -O removes unused ones), and so did kp."""
+    t = kmgr.tensor([0, 0])
+    algo = kmgr.algorithm([t], compile_source(ADD_ONE), (2, 1, 1), [1.0, 2.0], [3.0])
+    (kmgr.sequence().record(kp.OpTensorSyncDevice([t]))
+        .record(kp.OpAlgoDispatch(algo, [4.0]))
+        .record(kp.OpTensorSyncLocal([t])).eval())
+    assert t.data().tolist() == [1.0, 1.0]
