@@ -99,7 +99,9 @@ def test_shipped_spirv_matches_a_fresh_compile(tmp_path):
 
 
 def test_the_sdist_carries_what_a_build_needs(tmp_path):
-    res = subprocess.run([sys.executable, "setup.py", "-q", "sdist", "-d", str(tmp_path)],
+    # egg_info -e: the metadata goes to tmp_path too, not into the source tree
+    res = subprocess.run([sys.executable, "setup.py", "-q", "egg_info", "-e", str(tmp_path),
+                          "sdist", "-d", str(tmp_path)],
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
     (sdist,) = tmp_path.glob("scopedgpu-*.tar.gz")
