@@ -22,7 +22,14 @@ while [ $# -ge 2 ]; do
   pyver=$("$py" -c 'import platform; print(platform.python_version())' 2>/dev/null) \
     || { summary+=("$py: not found"); status=1; continue; }
   # shellcheck disable=SC2086
-  "$py" -m venv ${CHECK_VENV_ARGS:-} "$work/venv"
+  if ! "$py" -m venv ${CHECK_VENV_ARGS:-} "$work/venv" >"$work/venv.log" 2>&1; then
+    # no ensurepip (Debian's python3 without python3-venv): a venv without pip of its own
+    # runs the system's pip, which --system-site-packages lets it see
+    rm -rf "$work/venv"
+    # shellcheck disable=SC2086
+    "$py" -m venv --without-pip ${CHECK_VENV_ARGS:-} "$work/venv" \
+      || { cat "$work/venv.log"; summary+=("Python $pyver: no venv"); status=1; continue; }
+  fi
   v=$work/venv/bin
   spec=$dist
   [ -n "${CHECK_EXTRA:-}" ] && spec="$dist[$CHECK_EXTRA]"
