@@ -2,7 +2,9 @@
 
 `python build_ffi.py` builds both in place (scopedgpu/_sg*.so, scopedgpu/shaders/*.spv);
 `pip install .` does the same through setup.py's cffi_modules and build_py hook.
-The cdef is the shim's own header, sg.h, never vulkan.h.
+The cdef is the shim's own header, sg.h, never vulkan.h. The Vulkan headers come from
+csrc/vendor/ (see its README.md), so a build needs only a C compiler and Python's headers;
+an sdist carries the built-in shaders' SPIR-V, so building from it needs no GLSL compiler.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from cffi import FFI
 
 ROOT = Path(__file__).resolve().parent
 CSRC = ROOT / "csrc"
+VENDOR = CSRC / "vendor"  # the Khronos Vulkan headers the shim includes
 SHADERS = ROOT / "shaders"
 
 
@@ -46,12 +49,46 @@ ffibuilder.set_source(
     "scopedgpu._sg",
     '#include "sg.h"',
     sources=[str(p) for p in sorted(CSRC.glob("*.c"))],
-    include_dirs=[str(CSRC)],
+    include_dirs=[str(VENDOR), str(CSRC)],
     define_macros=[("SG_BUILD_ID", f'"{source_hash()}"')],
     extra_compile_args=["-std=gnu11", "-O2", "-Wall", "-Wextra", "-Wno-unused-parameter",
                         "-Wno-missing-field-initializers"],
     libraries=["dl", "pthread"],
 )
+
+
+def _install_hint(what: str) -> str:
+    """What to install for `what` ("compiler" or "headers"), for the platforms we know."""
+    ver = f"{sys.version_info.major}.{sys.version_info.minor}"
+    if sys.platform == "darwin":
+        return "install the Xcode command line tools: `xcode-select --install`"
+    if what == "compiler":
+        return ("install a C compiler: Debian/Ubuntu `apt-get install gcc`, Fedora/RHEL "
+                "`dnf install gcc`, Alpine `apk add gcc musl-dev`")
+    return (f"install the headers of this Python ({ver}): Debian/Ubuntu `apt-get install "
+            f"python{ver}-dev` (or python3-dev), Fedora/RHEL `dnf install python3-devel`, "
+            "Alpine `apk add python3-dev`; a pyenv or python.org build has them already")
+
+
+def check_build_tools(cc: str | None = None, include_dir: str | None = None) -> None:
+    """Exits with a message naming what to install when the C compiler or Python.h is
+    missing, instead of the compiler's bare error (FileNotFoundError: 'gcc',
+    fatal error: Python.h). cc and include_dir default to what the build would use."""
+    import shlex
+    import sysconfig
+    if cc is None:
+        cc = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
+    words = shlex.split(cc)
+    exe = words[0] if words else "cc"
+    if shutil.which(exe) is None:
+        sys.exit(f"scopedgpu build: no C compiler: {exe!r} was not found (the compiler "
+                 f"this Python builds extensions with; CC overrides it). "
+                 f"{_install_hint('compiler')}; then build again.")
+    if include_dir is None:
+        include_dir = sysconfig.get_paths()["include"]
+    if not (Path(include_dir) / "Python.h").exists():
+        sys.exit(f"scopedgpu build: Python.h not found in {include_dir}. "
+                 f"{_install_hint('headers')}; then build again.")
 
 
 def find_glsl_compiler() -> list[str] | None:
@@ -100,6 +137,7 @@ def compile_shaders(out_dir: Path) -> list[Path]:
 
 if __name__ == "__main__":
     os.chdir(ROOT)
+    check_build_tools()
     compile_shaders(ROOT / "scopedgpu" / "shaders")
     ffibuilder.compile(tmpdir=str(ROOT / "build" / "cffi"), verbose=False)
     # compile() leaves the module under tmpdir/scopedgpu/; move it into the package,

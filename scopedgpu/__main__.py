@@ -1,4 +1,7 @@
-"""python -m scopedgpu {info,demo,bench}"""
+"""`scopedgpu {info,demo,bench}`, also `python -m scopedgpu ...`.
+
+Without a Vulkan device (or without the loader) each command prints one line saying what
+is missing and exits with status 1; no traceback."""
 from __future__ import annotations
 
 import argparse
@@ -113,8 +116,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m scopedgpu",
+def main(argv: list[str] | None = None, prog: str = "python -m scopedgpu") -> int:
+    parser = argparse.ArgumentParser(prog=prog,
                                      description="scopedgpu: GPU compute on any Vulkan device")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("info", help="check the Vulkan setup and list the devices")
@@ -129,8 +132,22 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if getattr(args, "device", None) is not None and str(args.device).isdigit():
         args.device = int(args.device)
-    return args.func(args)
+    from scopedgpu._errors import NoDeviceError
+    try:
+        return int(args.func(args))
+    except NoDeviceError as exc:
+        print(f"{prog} {args.command}: no Vulkan device: {exc}", file=sys.stderr)
+        return 1
+
+
+def cli(prog: str = "scopedgpu") -> int:
+    """The `scopedgpu` console command (and `python -m scopedgpu`)."""
+    try:
+        return main(prog=prog)
+    except ImportError as exc:  # the compiled extension is missing or does not load
+        print(f"scopedgpu: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli("python -m scopedgpu"))

@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from dataclasses import dataclass, field
 
 from scopedgpu._errors import NoDeviceError, check
 from scopedgpu._ffi import ffi, lib
 
-__all__ = ["DeviceInfo", "devices", "choose_device", "load_vulkan"]
+__all__ = ["DeviceInfo", "devices", "choose_device", "load_vulkan", "loader_names"]
 
 INSTALL_HINT = (
     "Install a Vulkan loader and a driver: on Debian/Ubuntu `apt-get install libvulkan1 "
@@ -63,8 +64,20 @@ def _version(v: int) -> str:
     return f"{(v >> 22) & 0x7F}.{(v >> 12) & 0x3FF}.{v & 0xFFF}"
 
 
+def loader_names(platform: str | None = None) -> list[str]:
+    """The Vulkan loader's file names to try, in order, for a platform (sys.platform)."""
+    platform = sys.platform if platform is None else platform
+    if platform == "darwin":  # the Vulkan SDK's loader, else MoltenVK on its own
+        return ["libvulkan.1.dylib", "libvulkan.dylib", "libMoltenVK.dylib"]
+    if platform.startswith("win"):
+        return ["vulkan-1.dll"]
+    return ["libvulkan.so.1", "libvulkan.so"]
+
+
 def load_vulkan() -> None:
-    """Loads the Vulkan loader once; NoDeviceError says what to install when it is missing."""
+    """Loads the Vulkan loader once; NoDeviceError says what to install when it is missing.
+    SCOPEDGPU_VULKAN_LIBRARY names the loader's file; else the platform's usual names are
+    tried in order, and the error quotes the first (the one a working system has)."""
     global _loader_ok
     if _loader_ok:
         return
@@ -73,12 +86,15 @@ def load_vulkan() -> None:
             return
         err = ffi.new("char[512]")
         path = os.environ.get("SCOPEDGPU_VULKAN_LIBRARY")
-        rc = lib.sg_loader_open(path.encode() if path else ffi.NULL, err, 512)
-        if rc != 0:
-            raise NoDeviceError(
-                f"the Vulkan loader could not be loaded ({ffi.string(err).decode()}). "
-                + INSTALL_HINT)
-        _loader_ok = True
+        names = [path] if path else loader_names()
+        first = ""
+        for name in names:
+            if lib.sg_loader_open(name.encode(), err, 512) == 0:
+                _loader_ok = True
+                return
+            first = first or ffi.string(err).decode(errors="replace")
+        raise NoDeviceError(
+            f"the Vulkan loader could not be loaded ({first}). " + INSTALL_HINT)
 
 
 def _info_from(index: int, raw) -> DeviceInfo:

@@ -132,8 +132,9 @@ def check_compiler() -> Check:
         return Check("GLSL compiler", False, "neither glslc nor glslangValidator on PATH; "
                      "sg.compile_glsl only serves shaders already in its cache "
                      f"({cache_dir()})",
-                     _install("compiler", "or glslang-tools (glslangValidator), or the "
-                              "Vulkan SDK; SPIR-V bytes work without a compiler"),
+                     _install("compiler", "or `pip install scopedgpu[glsl]`, or "
+                              "glslang-tools (glslangValidator), or the Vulkan SDK; SPIR-V "
+                              "bytes work without a compiler"),
                      required=False)
     return Check("GLSL compiler", True, f"{comp[1]} (cache {cache_dir()})", required=False)
 

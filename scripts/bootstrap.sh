@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up scopedgpu on a fresh Debian/Ubuntu machine, with or without a GPU:
 #   system packages: the Vulkan loader and headers, Mesa's lavapipe (Vulkan on the CPU),
-#   glslc, the Khronos validation layer, vulkan-tools, a C compiler;
+#   glslc, the Khronos validation layer, vulkan-tools, a C compiler (the extension itself
+#   builds against csrc/vendor's Vulkan headers; the bench's C yardstick uses the system's);
 #   then a virtual environment .venv with scopedgpu (editable) and its test and lint tools
 #   (pytest, hypothesis, mypy, ruff: the `dev` extra).
 # Safe to run again: it installs only what is missing, and rebuilds the extension.

@@ -54,3 +54,37 @@ def test_demo_matches_numpy():
     res = run("demo", "--batch", "8")
     assert res.returncode == 0, res.stdout + res.stderr
     assert "result matches numpy: OK" in res.stdout
+
+
+def test_info_without_a_loader_fails_and_names_the_file():
+    res = run("info", env={"SCOPEDGPU_VULKAN_LIBRARY": "/nonexistent/libvulkan.so.1"})
+    assert res.returncode == 1
+    assert "Traceback" not in res.stderr
+    loader = next(ln for ln in res.stdout.splitlines() if "Vulkan loader" in ln)
+    assert "MISSING" in loader and "/nonexistent/libvulkan.so.1" in loader, loader
+    assert "apt-get install libvulkan1" in res.stdout
+    assert "No Vulkan device" in res.stderr
+
+
+def test_demo_without_a_loader_prints_one_line():
+    res = run("demo", env={"SCOPEDGPU_VULKAN_LIBRARY": "/nonexistent/libvulkan.so.1"})
+    assert res.returncode == 1
+    assert res.stdout == ""
+    assert res.stderr.count("\n") == 1 and "Traceback" not in res.stderr, res.stderr
+    assert res.stderr.startswith("python -m scopedgpu demo: no Vulkan device: the Vulkan "
+                                 "loader could not be loaded (/nonexistent/libvulkan.so.1")
+
+
+def test_bench_help_stands_on_its_own():
+    res = run("bench", "--help")
+    assert res.returncode == 0
+    assert "SPEC" not in res.stdout
+    assert "plain-C Vulkan yardstick" in res.stdout
+
+
+def test_console_command_names_itself():
+    # The `scopedgpu` console script calls scopedgpu.__main__:cli (pyproject.toml).
+    code = "import sys; from scopedgpu.__main__ import cli; sys.argv[1:] = ['--help']; sys.exit(cli())"
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith("usage: scopedgpu [-h] {info,demo,bench}")
