@@ -53,6 +53,7 @@ class DeviceInfo:
     host_import_alignment: int = 0   # VK_EXT_external_memory_host; 0 when not supported
     memory_type_flags: tuple[int, ...] = field(default=(), repr=False)
     memory_heap_sizes: tuple[int, ...] = field(default=(), repr=False)
+    memory_type_heaps: tuple[int, ...] = field(default=(), repr=False)  # heap of each type
 
     def __str__(self) -> str:
         return f"{self.name} ({self.type}, Vulkan {self.api_version}, {self.driver})"
@@ -117,6 +118,7 @@ def _info_from(index: int, raw) -> DeviceInfo:
         host_import_alignment=raw.host_import_alignment if raw.host_import else 0,
         memory_type_flags=tuple(raw.memory_type_flags[i] for i in range(raw.memory_type_count)),
         memory_heap_sizes=tuple(heaps),
+        memory_type_heaps=tuple(raw.memory_type_heap[i] for i in range(raw.memory_type_count)),
     )
 
 

@@ -39,6 +39,11 @@ IMPORT_MIN = 4 * MiB     # host copies this large are imported, where the device
 SMALL_LIMIT = 1 * MiB
 SMALL_BLOCK = 8 * MiB
 LARGE_BLOCK = 64 * MiB
+HUGE_ABOVE = LARGE_BLOCK // 2   # requests above this get a block of their own size
+SMALL, LARGE, HUGE = 0, 1, 2    # size classes
+CACHE_FRACTION = 8              # empty blocks kept: at most 1/8 of the heap (or limit)...
+CACHE_MIN = 2 * LARGE_BLOCK     # ...or this much, where that is more
+NO_LIMIT = 1 << 62
 
 # VkMemoryPropertyFlagBits
 DEVICE_LOCAL = 0x1
@@ -71,15 +76,17 @@ def memory_type_candidates(info: DeviceInfo, kind: str) -> list[int]:
 
 
 class Block:
-    __slots__ = ("id", "handle", "ptr", "size", "mem_type", "sub", "nallocs",
+    __slots__ = ("id", "handle", "ptr", "size", "mem_type", "heap", "sub", "nallocs",
                  "free_start", "free_end")
 
-    def __init__(self, bid: int, handle, ptr: int, size: int, mem_type: int, sub: SubPool):
+    def __init__(self, bid: int, handle, ptr: int, size: int, mem_type: int, sub: SubPool,
+                 heap: int = -1):
         self.id = bid
         self.handle = handle
         self.ptr = ptr          # address of the mapping, 0 when not mapped
         self.size = size
         self.mem_type = mem_type
+        self.heap = heap        # the memory heap it is charged to (-1: imported host memory)
         self.sub = sub
         # Ranges handed out, and freed ones still on a bin (SubPool.bins) until
         # flush_bins(): the churn fast path touches no block.
@@ -106,17 +113,25 @@ class Allocation:
 class SubPool:
     """Blocks of one memory kind and one size class, with one sorted free list."""
 
-    def __init__(self, pool: Pool, kind: str, block_size: int, dedicated_above: int | None):
+    def __init__(self, pool: Pool, kind: str, cls: int, block_size: int):
         self.pool = pool
         self.kind = kind
-        self.block_size = block_size
-        self.dedicated_above = dedicated_above
+        self.cls = cls
+        self.block_size = block_size    # 0 for HUGE: a block as big as its first request
         self.blocks: dict[int, Block] = {}
         self.free: list[tuple[int, int, int]] = []   # (size, block id, offset)
         # size -> freed Allocations whose ranges are not merged yet (small sub-pools only);
         # the objects are handed out again as they are
-        self.bins: dict[int, list[Allocation]] | None = {} if dedicated_above is None else None
+        self.bins: dict[int, list[Allocation]] | None = {} if cls == SMALL else None
         self.binned = 0
+
+    def take(self, size: int) -> Allocation | None:
+        """Best fit from the free list, merging the bins first if nothing fits."""
+        a = self._take(size)
+        if a is None and self.binned:
+            self.flush_bins()
+            a = self._take(size)
+        return a
 
     def _take(self, size: int) -> Allocation | None:
         i = bisect.bisect_left(self.free, (size, -1, -1))
@@ -128,6 +143,8 @@ class SubPool:
         del blk.free_end[off + fsize]
         if fsize > size:
             self._add_free(blk, off + size, fsize - size)
+        if not blk.nallocs:
+            self.pool._refilled(blk)
         blk.nallocs += 1
         return Allocation(blk, off, size, size)
 
@@ -155,6 +172,8 @@ class SubPool:
             return
         blk.nallocs -= 1
         self._merge(blk, a.offset, size)
+        if not blk.nallocs:
+            self.pool._emptied(blk)
 
     def flush_bins(self) -> None:
         """Merges the binned ranges into the free list."""
@@ -162,10 +181,14 @@ class SubPool:
             return
         bins = self.bins
         assert bins is not None
+        pool = self.pool
         for size, b in bins.items():
             for a in b:
-                a.block.nallocs -= 1
-                self._merge(a.block, a.offset, size)
+                blk = a.block
+                blk.nallocs -= 1
+                self._merge(blk, a.offset, size)
+                if not blk.nallocs:
+                    pool._emptied(blk)
         bins.clear()
         self.binned = 0
 
@@ -191,13 +214,10 @@ class SubPool:
         blk.nallocs += 1
         return Allocation(blk, 0, size, size)
 
-    def drop_empty_blocks(self) -> list[Block]:
-        self.flush_bins()
-        empty = [b for b in self.blocks.values() if b.nallocs == 0]
-        for b in empty:
-            self._remove_free(b, 0, b.size)
-            del self.blocks[b.id]
-        return empty
+    def remove_block(self, blk: Block) -> None:
+        """Forgets an empty block (its one free range included)."""
+        self._remove_free(blk, 0, blk.size)
+        del self.blocks[blk.id]
 
 
 class Pool:
@@ -212,15 +232,45 @@ class Pool:
         self._on_oom = on_oom
         self._ids = itertools.count(1)
         self._types = {k: memory_type_candidates(info, k) for k in ("device", "host")}
-        max_alloc = info.max_memory_allocation_size or (1 << 62)
+        max_alloc = info.max_memory_allocation_size or NO_LIMIT
         self._max_block = max_alloc
-        self._subs: dict[tuple[str, bool], SubPool] = {}
+        # Memory heaps: what each one reports is a ceiling, whatever the driver allows.
+        heaps = [int(h) or NO_LIMIT for h in info.memory_heap_sizes]
+        type_heaps = list(getattr(info, "memory_type_heaps", ()) or ())
+        if not heaps or len(type_heaps) < len(info.memory_type_flags) or \
+                any(h >= len(heaps) for h in type_heaps):
+            heaps, type_heaps = [sum(heaps) if heaps else NO_LIMIT], []
+        self.heap_size = heaps
+        self.heap_reserved = [0] * len(heaps)
+        self._type_heap = type_heaps
+        # The largest request each kind can hold: one block, in one heap, within the limit.
+        self.max_request = {}
+        for kind, types in self._types.items():
+            heap = max((self._heap_of(t)[1] for t in types), default=NO_LIMIT)
+            self.max_request[kind] = min(max_alloc, heap, memory_limit or NO_LIMIT)
+        # Below this, no request needs a size check (Manager.tensor's fast path).
+        self.size_ok = min(self.max_request.values()) // 2
+        ceiling = min(self.max_request["device"], memory_limit or NO_LIMIT)
+        if ceiling >= NO_LIMIT:
+            ceiling = min(max_alloc, heaps[0])
+        # Pooled blocks take at most 1/8 of the ceiling, so that a memory_limit holds several
+        # and an emptied one can go back to serve another kind or size class.
+        self.block_cap = max(self.align, ceiling // 8)
+        # Empty blocks kept for reuse, at most this many bytes (oldest given back first).
+        self.cache_bound = min(ceiling, max(CACHE_MIN, ceiling // CACHE_FRACTION))
+        self.empty: dict[int, Block] = {}   # empty blocks, oldest emptied first
+        self.empty_bytes = 0
+        self._subs: dict[tuple[str, int], SubPool] = {}
+        self._by_kind: dict[str, list[SubPool]] = {}
         for kind in ("device", "host"):
-            self._subs[(kind, True)] = SubPool(self, kind, min(SMALL_BLOCK, max_alloc), None)
-            self._subs[(kind, False)] = SubPool(self, kind, min(LARGE_BLOCK, max_alloc),
-                                                LARGE_BLOCK // 2)
-        self._small_device = self._subs[("device", True)]
-        self._small_host = self._subs[("host", True)]
+            subs = [SubPool(self, kind, SMALL, min(SMALL_BLOCK, max_alloc)),
+                    SubPool(self, kind, LARGE, min(LARGE_BLOCK, max_alloc)),
+                    SubPool(self, kind, HUGE, 0)]
+            for sub in subs:
+                self._subs[(kind, sub.cls)] = sub
+            self._by_kind[kind] = subs
+        self._small_device = self._subs[("device", SMALL)]
+        self._small_host = self._subs[("host", SMALL)]
         self.allocated = 0
         self.peak_allocated = 0
         self.reserved = 0
@@ -231,9 +281,43 @@ class Pool:
         self.imports: dict[int, Block] = {}
         self.imported = 0
 
+    def _heap_of(self, mem_type: int) -> tuple[int, int]:
+        """(heap index, heap size) of a memory type."""
+        h = self._type_heap[mem_type] if self._type_heap else 0
+        return h, self.heap_size[h]
+
     def can_import(self, nbytes: int) -> bool:
         return (self.import_align > 0 and nbytes >= IMPORT_MIN
                 and len(self.imports) < self.max_imports)
+
+    def check_request(self, nbytes: int, kind: str, what: str = "tensor") -> None:
+        """Raises OutOfMemoryError, naming the size and the limit, when a tensor of `kind`
+        and `nbytes` can never be had (above maxMemoryAllocationSize, a memory heap or the
+        memory limit): called before any host copy of the data is made."""
+        size = self.round(nbytes)
+        need = ["device", "host"] if kind in ("device", "storage") else ["host"]
+        if kind == "device" and self.can_import(nbytes):
+            need = ["device"]        # its host copy becomes its staging memory
+        for k in need:
+            self._check_size(size, k, f"{what} of {nbytes} bytes")
+        if self.memory_limit is not None and size * len(need) > self.memory_limit:
+            raise OutOfMemoryError(
+                f"{what} of {nbytes} bytes ({kind!r}: {len(need)} ranges of that size) does "
+                f"not fit the memory limit of {self.memory_limit} bytes",
+                result="VK_ERROR_OUT_OF_DEVICE_MEMORY", call="memory_limit")
+
+    def _check_size(self, size: int, kind: str, what: str) -> None:
+        """OutOfMemoryError when one range of `size` bytes of `kind` can never be had."""
+        if size > self._max_block:
+            limit = f"the device's maxMemoryAllocationSize ({self._max_block} bytes)"
+        elif size > self.max_request[kind]:
+            limit = (f"the memory limit of {self.memory_limit} bytes"
+                     if self.memory_limit is not None and size > self.memory_limit else
+                     f"the device's largest {kind} memory heap ({self.max_request[kind]} bytes)")
+        else:
+            return
+        raise OutOfMemoryError(f"{what} is larger than {limit}",
+                               result="VK_ERROR_OUT_OF_DEVICE_MEMORY", call="vkAllocateMemory")
 
     def import_host(self, address: int, nbytes: int) -> Allocation | None:
         """A block over the host memory [address, address + nbytes rounded up to the import
@@ -273,9 +357,8 @@ class Pool:
     def alloc(self, nbytes: int, kind: str) -> Allocation:
         al = self.align
         size = (nbytes + al - 1) // al * al if nbytes > al else al
-        small = size <= SMALL_LIMIT
-        sub = self._subs[(kind, small)]
-        if small:
+        if size <= SMALL_LIMIT:
+            sub = self._subs[(kind, SMALL)]
             # Fast path: a freed range of exactly this size, handed out as it was.
             b = sub.bins.get(size)  # type: ignore[union-attr]
             if b:
@@ -287,24 +370,61 @@ class Pool:
                 if self.allocated > self.peak_allocated:
                     self.peak_allocated = self.allocated
                 return a
-        a = None
-        if sub.dedicated_above is None or size <= sub.dedicated_above:
-            a = sub._take(size)
-            if a is None and sub.binned:
-                sub.flush_bins()
-                a = sub._take(size)
-        if a is None:
-            block_size = size if (sub.dedicated_above is not None and size > sub.dedicated_above) \
-                else max(sub.block_size, size)
-            block_size = (block_size + MiB - 1) // MiB * MiB if block_size > MiB else block_size
-            blk = self._new_block(sub, block_size, size)
-            a = sub.take_new(blk, size)
+        else:
+            sub = self._subs[(kind, LARGE if size <= HUGE_ABOVE else HUGE)]
+        a = self._alloc_slow(sub, size)
         a.nbytes = nbytes
         self.allocated += a.size
         self.nallocs += 1
         if self.allocated > self.peak_allocated:
             self.peak_allocated = self.allocated
+        if self.empty_bytes > self.cache_bound:
+            self._trim()
         return a
+
+    def _alloc_slow(self, sub: SubPool, size: int) -> Allocation:
+        """A free range that fits, else a new block; under pressure, frees every cache and
+        retries, then takes a range of another size class; else OutOfMemoryError."""
+        a = sub.take(size)
+        if a is not None:
+            return a
+        self._check_size(size, sub.kind, f"a {sub.kind} range of {size} bytes")
+        blk = self._new_block(sub, size)
+        if blk is None:
+            # Let the manager retire finished work (what it frees may fit), then give back
+            # every empty block of every kind and size class, bins merged first, and retry.
+            if self._on_oom:
+                self._on_oom()
+            self.empty_cache()
+            a = sub.take(size)
+            if a is not None:
+                return a
+            blk = self._new_block(sub, size)
+        if blk is None:
+            # Free space of another size class of this kind (in blocks still in use).
+            for other in self._by_kind[sub.kind]:
+                if other is not sub:
+                    a = other.take(size)
+                    if a is not None:
+                        return a
+            raise self._out_of_memory(sub, size)
+        return sub.take_new(blk, size)
+
+    def _out_of_memory(self, sub: SubPool, size: int) -> OutOfMemoryError:
+        held = (f"{self.reserved} bytes reserved by {self.nallocs} allocations, "
+                f"{self.allocated} bytes of them allocated")
+        if self.memory_limit is not None and self.reserved + size > self.memory_limit:
+            return OutOfMemoryError(
+                f"tensor of {size} bytes does not fit the memory limit of "
+                f"{self.memory_limit} bytes ({held})",
+                result="VK_ERROR_OUT_OF_DEVICE_MEMORY", call="memory_limit")
+        heaps = sorted({self._heap_of(t) for t in self._types[sub.kind]})
+        what = ", ".join(f"heap {h}: {self.heap_reserved[h]} of {n} bytes reserved"
+                         for h, n in heaps)
+        return OutOfMemoryError(
+            f"no {sub.kind} memory for a tensor of {size} bytes after the pool gave back its "
+            f"cache ({what}; {held})", result="VK_ERROR_OUT_OF_DEVICE_MEMORY",
+            call="vkAllocateMemory")
 
     def alloc_pair(self, nbytes: int) -> tuple[Allocation, Allocation]:
         """A "device" range and a "host" (staging) range of nbytes <= SMALL_LIMIT each."""
@@ -354,72 +474,80 @@ class Pool:
         self.allocated -= a.size
         self.nallocs -= 1
         a.block.sub.release(a)
+        if self.empty_bytes > self.cache_bound:
+            self._trim()
 
-    def _new_block(self, sub: SubPool, block_size: int, need: int) -> Block:
-        if need > self._max_block:
-            raise OutOfMemoryError(
-                f"tensor of {need} bytes is larger than the device's maxMemoryAllocationSize "
-                f"({self._max_block} bytes)", result="VK_ERROR_OUT_OF_DEVICE_MEMORY",
-                call="vkAllocateMemory")
-        for attempt in (0, 1):
-            if attempt == 1:
-                # Free the cache (and let the manager retire finished work), then retry once.
-                if self._on_oom:
-                    self._on_oom()
-                self.empty_cache()
-            size = block_size
-            if self.memory_limit is not None and self.reserved + size > self.memory_limit:
-                size = need  # try a block just big enough before giving up
-                if self.reserved + size > self.memory_limit:
-                    if attempt == 1:
-                        raise OutOfMemoryError(
-                            f"tensor of {need} bytes does not fit the memory limit of "
-                            f"{self.memory_limit} bytes ({self.reserved} bytes reserved by "
-                            f"{self.nallocs} allocations)",
-                            result="VK_ERROR_OUT_OF_DEVICE_MEMORY", call="memory_limit")
-                    continue
-            try:
-                return self._create_block(sub, size)
-            except OutOfMemoryError:
-                if size > need:
-                    try:
-                        return self._create_block(sub, need)
-                    except OutOfMemoryError:
-                        pass
-                if attempt == 1:
-                    raise
-        raise AssertionError("unreachable")
+    # -- empty blocks ---------------------------------------------------------------------
+    def _emptied(self, blk: Block) -> None:
+        self.empty[blk.id] = blk
+        self.empty_bytes += blk.size
 
-    def _create_block(self, sub: SubPool, size: int) -> Block:
+    def _refilled(self, blk: Block) -> None:
+        del self.empty[blk.id]
+        self.empty_bytes -= blk.size
+
+    def _trim(self) -> None:
+        """Gives back the oldest empty blocks until the cache is within its bound."""
+        while self.empty_bytes > self.cache_bound:
+            self._destroy_block(next(iter(self.empty.values())))
+
+    def _destroy_block(self, blk: Block) -> None:
+        """Gives an empty block back to the driver."""
+        self._refilled(blk)
+        blk.sub.remove_block(blk)
+        lib.sg_block_destroy(blk.handle)
+        blk.handle = ffi.NULL
+        self.reserved -= blk.size
+        self.heap_reserved[blk.heap] -= blk.size
+
+    def _new_block(self, sub: SubPool, need: int) -> Block | None:
+        """A new block for a request of `need` bytes, within the heaps and the memory limit;
+        None when none can be had (tried: the class's block size, then `need` alone)."""
+        if sub.cls == HUGE:
+            size = need
+        else:
+            size = max(min(sub.block_size, self.block_cap), need)
+            if size > MiB:
+                size = max(need, min((size + MiB - 1) // MiB * MiB, self._max_block))
+        for bs in (size, need) if size > need else (size,):
+            if self.memory_limit is not None and self.reserved + bs > self.memory_limit:
+                continue
+            blk = self._create_block(sub, bs)
+            if blk is not None:
+                return blk
+        return None
+
+    def _create_block(self, sub: SubPool, size: int) -> Block | None:
         mapped = sub.kind == "host"
         out = ffi.new("sg_block **")
-        last: DeviceError | None = None
         for mem_type in self._types[sub.kind]:
+            heap, heap_size = self._heap_of(mem_type)
+            if self.heap_reserved[heap] + size > heap_size:
+                continue   # the heap is full, whatever the driver would allow
             rc = lib.sg_block_create(self._dev, size, mem_type, 1 if mapped else 0, out)
             if rc == lib.SG_ERR_MEMORY_TYPE:
                 continue
             try:
                 check(rc, f"allocating a {sub.kind} memory block of {size} bytes "
                           f"(memory type {mem_type})")
-            except OutOfMemoryError as exc:
-                last = exc
+            except OutOfMemoryError:
                 continue
             ptr = int(ffi.cast("uintptr_t", lib.sg_block_ptr(out[0]))) if mapped else 0
             self.reserved += size
-            return Block(next(self._ids), out[0], ptr, size, mem_type, sub)
-        if last is not None:
-            raise last
-        raise DeviceError(f"no memory type of this device can hold a {sub.kind} buffer")
+            self.heap_reserved[heap] += size
+            return Block(next(self._ids), out[0], ptr, size, mem_type, sub, heap)
+        if not self._types[sub.kind]:
+            raise DeviceError(f"no memory type of this device can hold a {sub.kind} buffer")
+        return None
 
     def empty_cache(self) -> int:
-        """Destroys blocks that hold no allocation; returns the bytes given back."""
-        freed = 0
+        """Destroys blocks that hold no allocation (bins merged first); returns the bytes
+        given back."""
         for sub in self._subs.values():
-            for blk in sub.drop_empty_blocks():
-                lib.sg_block_destroy(blk.handle)
-                blk.handle = ffi.NULL
-                self.reserved -= blk.size
-                freed += blk.size
+            sub.flush_bins()
+        freed = self.empty_bytes
+        while self.empty:
+            self._destroy_block(next(iter(self.empty.values())))
         return freed
 
     def destroy(self) -> None:
@@ -437,8 +565,11 @@ class Pool:
             lib.sg_block_destroy(blk.handle)
             blk.handle = ffi.NULL
         self.imports.clear()
+        self.empty.clear()
+        self.empty_bytes = 0
         self.imported = 0
         self.reserved = 0
+        self.heap_reserved = [0] * len(self.heap_size)
         self.allocated = 0
         self.nallocs = 0
 
@@ -451,4 +582,6 @@ class Pool:
             "allocations": self.nallocs,
             "imported_host_bytes": self.imported,
             "imported_blocks": len(self.imports),
+            "cached_bytes": self.empty_bytes,
+            "cache_limit_bytes": self.cache_bound,
         }
