@@ -1,26 +1,38 @@
 """The tensor memory pool.
 
 Policy, after CuPy's and PyTorch's caching allocators:
-- Tensors are sub-allocated from a few large blocks (one VkDeviceMemory and one VkBuffer
-  over all of it) per memory kind: "device" (device-local) and "host" (host-visible,
-  coherent, persistently mapped; staging and host tensors).
-- Requests are rounded up to the alignment (minStorageBufferOffsetAlignment, at least 16).
-  Small requests (<= 1 MiB) come from 8 MiB blocks, large ones from 64 MiB blocks; a
-  request above half a large block gets a block of its own.
+- Tensors are sub-allocated from blocks (one VkDeviceMemory and one VkBuffer over all of
+  it) per memory kind: "device" (device-local) and "host" (host-visible, coherent,
+  persistently mapped; staging and host tensors).
+- Requests are rounded up to the alignment (minStorageBufferOffsetAlignment, at least 16)
+  and fall in one of three size classes, each a sub-pool per kind: small (<= 1 MiB) from
+  8 MiB blocks, large (<= 32 MiB) from 64 MiB blocks, huge (above) from blocks of the
+  first request's own size. Under a memory limit (or a small heap), small and large blocks
+  are at most 1/8 of it, so that several share it and an emptied one can go back.
 - Best fit over all free ranges of a sub-pool (one sorted list), splitting the range
-  taken; a freed range merges with its free neighbours.
+  taken; a freed range merges with its free neighbours. A freed huge block is reused like
+  any other: the next huge request that fits takes it (or a part of it).
 - The pool never frees a range that submitted work may use: the manager calls free()
   only after the fences of that work have signalled.
 - Fast path for churn: a freed small range goes, unmerged, onto a bin of its exact size
   (LIFO) and the next request of that size takes it back in O(1). Bins are merged into
   the free list before the pool grows or releases blocks, so they never cost memory.
+- Empty blocks stay cached for reuse, at most cache_bound bytes of them: 1/8 of the
+  ceiling below (at least 128 MiB, at most the ceiling); beyond that the oldest emptied
+  go back to the driver as soon as a free leaves them empty. empty_cache() gives back all.
+- Ceilings: the size of every memory heap (whatever the driver would over-commit: lavapipe
+  hands out 12 GiB on its "2 GiB" heap), maxMemoryAllocationSize per block, and
+  memory_limit over all blocks. A tensor that can never fit one of them fails before any
+  host copy of its data (check_request, called by Manager.tensor and Manager.empty).
+- When a new block cannot be had, the pool lets the manager retire finished work,
+  empties every cache (the bins of every sub-pool merged, then every empty block of every
+  kind and size class given back) and retries; then it takes a free range of another size
+  class of the same kind; only then OutOfMemoryError, naming the size and the limit.
 - Large "device" tensors whose host copy can be imported (VK_EXT_external_memory_host)
   get no staging range: their page-aligned numpy host copy itself becomes a block of its
   own (import_host), so the sync ops are one DMA, with no memcpy. Imports are host
-  memory, outside reserved_bytes and memory_limit, and few (IMPORT_MIN and up).
-- Empty blocks stay cached until empty_cache(). When a new block cannot be had (device
-  out of memory, or memory_limit reached), the pool empties its cache and retries once,
-  then raises OutOfMemoryError.
+  memory, outside reserved_bytes, the heap ceilings and memory_limit, and few (IMPORT_MIN
+  and up); each goes with its tensor, and numpy frees the memory with the last view.
 """
 from __future__ import annotations
 
@@ -245,14 +257,17 @@ class Pool:
         self._type_heap = type_heaps
         # The largest request each kind can hold: one block, in one heap, within the limit.
         self.max_request = {}
+        heap_of_kind = {}
         for kind, types in self._types.items():
-            heap = max((self._heap_of(t)[1] for t in types), default=NO_LIMIT)
-            self.max_request[kind] = min(max_alloc, heap, memory_limit or NO_LIMIT)
+            heap_of_kind[kind] = max((self._heap_of(t)[1] for t in types), default=NO_LIMIT)
+            self.max_request[kind] = min(max_alloc, heap_of_kind[kind],
+                                         memory_limit or NO_LIMIT)
         # Below this, no request needs a size check (Manager.tensor's fast path).
         self.size_ok = min(self.max_request.values()) // 2
-        ceiling = min(self.max_request["device"], memory_limit or NO_LIMIT)
+        # The ceiling the cache and block sizes scale with: the device heap or the limit.
+        ceiling = min(heap_of_kind["device"], memory_limit or NO_LIMIT)
         if ceiling >= NO_LIMIT:
-            ceiling = min(max_alloc, heaps[0])
+            ceiling = 8 * LARGE_BLOCK
         # Pooled blocks take at most 1/8 of the ceiling, so that a memory_limit holds several
         # and an emptied one can go back to serve another kind or size class.
         self.block_cap = max(self.align, ceiling // 8)
