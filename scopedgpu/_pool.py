@@ -27,7 +27,9 @@ Policy, after CuPy's and PyTorch's caching allocators:
 - When a new block cannot be had, the pool lets the manager retire finished work,
   empties every cache (the bins of every sub-pool merged, then every empty block of every
   kind and size class given back) and retries; then it takes a free range of another size
-  class of the same kind; only then OutOfMemoryError, naming the size and the limit.
+  class of the same kind, then of the other kind where one memory serves both (device
+  blocks are mapped where their memory is host-visible on a device that is not discrete:
+  CPU and integrated devices); only then OutOfMemoryError, naming the size and the limit.
 - Large "device" tensors whose host copy can be imported (VK_EXT_external_memory_host)
   get no staging range: their page-aligned numpy host copy itself becomes a block of its
   own (import_host), so the sync ops are one DMA, with no memcpy. Imports are host
@@ -160,6 +162,27 @@ class SubPool:
         blk.nallocs += 1
         return Allocation(blk, off, size, size)
 
+    def take_where(self, size: int, ok: Callable[[Block], bool]) -> Allocation | None:
+        """Best fit among the free ranges of blocks that `ok` accepts (slow: a scan)."""
+        if self.binned:
+            self.flush_bins()
+        free = self.free
+        for i in range(bisect.bisect_left(free, (size, -1, -1)), len(free)):
+            fsize, bid, off = free[i]
+            blk = self.blocks[bid]
+            if not ok(blk):
+                continue
+            del free[i]
+            del blk.free_start[off]
+            del blk.free_end[off + fsize]
+            if fsize > size:
+                self._add_free(blk, off + size, fsize - size)
+            if not blk.nallocs:
+                self.pool._refilled(blk)
+            blk.nallocs += 1
+            return Allocation(blk, off, size, size)
+        return None
+
     def _add_free(self, blk: Block, off: int, size: int) -> None:
         blk.free_start[off] = size
         blk.free_end[off + size] = off
@@ -275,6 +298,13 @@ class Pool:
         self.cache_bound = min(ceiling, max(CACHE_MIN, ceiling // CACHE_FRACTION))
         self.empty: dict[int, Block] = {}   # empty blocks, oldest emptied first
         self.empty_bytes = 0
+        # Device blocks are mapped where their memory is host-visible on a device that is
+        # not discrete, so that, when memory runs short, either kind may use the other's.
+        flags = info.memory_type_flags
+        self._map_device = info.type != "discrete"
+        self._serves: dict[str, Callable[[Block], bool]] = {
+            "host": lambda b: b.ptr != 0,
+            "device": lambda b: bool(flags[b.mem_type] & DEVICE_LOCAL)}
         self._subs: dict[tuple[str, int], SubPool] = {}
         self._by_kind: dict[str, list[SubPool]] = {}
         for kind in ("device", "host"):
@@ -416,12 +446,19 @@ class Pool:
                 return a
             blk = self._new_block(sub, size)
         if blk is None:
-            # Free space of another size class of this kind (in blocks still in use).
+            # Free space of another size class of this kind (in blocks still in use), then
+            # of the other kind, in blocks whose memory serves this kind too (one memory
+            # type for both, as on CPU and integrated devices).
             for other in self._by_kind[sub.kind]:
                 if other is not sub:
                     a = other.take(size)
                     if a is not None:
                         return a
+            serves = self._serves[sub.kind]
+            for other in self._by_kind["host" if sub.kind == "device" else "device"]:
+                a = other.take_where(size, serves)
+                if a is not None:
+                    return a
             raise self._out_of_memory(sub, size)
         return sub.take_new(blk, size)
 
@@ -533,12 +570,14 @@ class Pool:
         return None
 
     def _create_block(self, sub: SubPool, size: int) -> Block | None:
-        mapped = sub.kind == "host"
         out = ffi.new("sg_block **")
         for mem_type in self._types[sub.kind]:
             heap, heap_size = self._heap_of(mem_type)
             if self.heap_reserved[heap] + size > heap_size:
                 continue   # the heap is full, whatever the driver would allow
+            mapped = sub.kind == "host" or (
+                self._map_device and self.info.memory_type_flags[mem_type] &
+                (HOST_VISIBLE | HOST_COHERENT) == HOST_VISIBLE | HOST_COHERENT)
             rc = lib.sg_block_create(self._dev, size, mem_type, 1 if mapped else 0, out)
             if rc == lib.SG_ERR_MEMORY_TYPE:
                 continue
