@@ -257,6 +257,14 @@ class SubPool:
 
 class Pool:
     """All tensor memory of one manager. Not thread-safe: the manager locks around it."""
+    # Slots: the churn fast path reads a few attributes per call, and an instance __dict__
+    # of more than 30 keys would make every one of those reads slower.
+    __slots__ = ("_by_kind", "_dev", "_ids", "_map_device", "_max_block", "_on_oom",
+                 "_serves", "_small", "_small_device", "_small_host", "_subs", "_type_heap",
+                 "_types", "align", "allocated", "block_cap", "cache_bound", "empty",
+                 "empty_bytes", "heap_reserved", "heap_size", "import_align", "imported",
+                 "imports", "info", "max_imports", "max_request", "memory_limit", "nallocs",
+                 "peak_allocated", "reserved", "size_ok")
 
     def __init__(self, device_handle, info: DeviceInfo, memory_limit: int | None,
                  on_oom: Callable[[], None] | None = None):
@@ -316,6 +324,7 @@ class Pool:
             self._by_kind[kind] = subs
         self._small_device = self._subs[("device", SMALL)]
         self._small_host = self._subs[("host", SMALL)]
+        self._small = {"device": self._small_device, "host": self._small_host}
         self.allocated = 0
         self.peak_allocated = 0
         self.reserved = 0
@@ -403,7 +412,7 @@ class Pool:
         al = self.align
         size = (nbytes + al - 1) // al * al if nbytes > al else al
         if size <= SMALL_LIMIT:
-            sub = self._subs[(kind, SMALL)]
+            sub = self._small[kind]
             # Fast path: a freed range of exactly this size, handed out as it was.
             b = sub.bins.get(size)  # type: ignore[union-attr]
             if b:
@@ -423,8 +432,6 @@ class Pool:
         self.nallocs += 1
         if self.allocated > self.peak_allocated:
             self.peak_allocated = self.allocated
-        if self.empty_bytes > self.cache_bound:
-            self._trim()
         return a
 
     def _alloc_slow(self, sub: SubPool, size: int) -> Allocation:
@@ -526,13 +533,13 @@ class Pool:
         self.allocated -= a.size
         self.nallocs -= 1
         a.block.sub.release(a)
-        if self.empty_bytes > self.cache_bound:
-            self._trim()
 
     # -- empty blocks ---------------------------------------------------------------------
     def _emptied(self, blk: Block) -> None:
         self.empty[blk.id] = blk
         self.empty_bytes += blk.size
+        if self.empty_bytes > self.cache_bound:
+            self._trim()
 
     def _refilled(self, blk: Block) -> None:
         del self.empty[blk.id]
@@ -597,12 +604,12 @@ class Pool:
     def empty_cache(self) -> int:
         """Destroys blocks that hold no allocation (bins merged first); returns the bytes
         given back."""
+        reserved = self.reserved
         for sub in self._subs.values():
             sub.flush_bins()
-        freed = self.empty_bytes
         while self.empty:
             self._destroy_block(next(iter(self.empty.values())))
-        return freed
+        return reserved - self.reserved
 
     def destroy(self) -> None:
         """Destroys every block, allocated or not. The device must be idle."""
