@@ -455,14 +455,14 @@ class Manager:
             # Fast path (tensor churn): a numpy array keeps its dtype.
             if data.dtype in self._dtypes_ok and data.size:
                 pool = st.pool
-                if data.nbytes > pool.size_ok:   # before any copy: too big fails now
-                    pool.check_request(data.nbytes, kind)
-                if kind == "device" and data.nbytes >= IMPORT_MIN and \
-                        pool.can_import(data.nbytes):
-                    # Copy straight into memory the device can import (one copy, not two).
-                    arr = aligned_empty(data.shape, data.dtype, pool.import_align)
-                    np.copyto(arr, data)
-                    return Tensor(self, arr, kind)
+                if data.nbytes >= IMPORT_MIN:
+                    if data.nbytes > pool.size_ok:   # before any copy: too big fails now
+                        pool.check_request(data.nbytes, kind)
+                    if kind == "device" and pool.can_import(data.nbytes):
+                        # Copy straight into memory the device can import (one copy).
+                        arr = aligned_empty(data.shape, data.dtype, pool.import_align)
+                        np.copyto(arr, data)
+                        return Tensor(self, arr, kind)
                 return Tensor(self, data.copy(), kind)
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
