@@ -55,6 +55,7 @@ class DeviceInfo:
     max_shared_memory_size: int = 16384  # maxComputeSharedMemorySize (bytes)
     memory_type_flags: tuple[int, ...] = field(default=(), repr=False)
     memory_heap_sizes: tuple[int, ...] = field(default=(), repr=False)
+    memory_type_heaps: tuple[int, ...] = field(default=(), repr=False)  # heap of each type
 
     def __str__(self) -> str:
         return f"{self.name} ({self.type}, Vulkan {self.api_version}, {self.driver})"
@@ -135,6 +136,7 @@ def _info_from(index: int, raw) -> DeviceInfo:
         max_shared_memory_size=raw.max_shared_memory_size,
         memory_type_flags=tuple(raw.memory_type_flags[i] for i in range(raw.memory_type_count)),
         memory_heap_sizes=tuple(heaps),
+        memory_type_heaps=tuple(raw.memory_type_heap[i] for i in range(raw.memory_type_count)),
     )
 
 

@@ -1,26 +1,40 @@
 """The tensor memory pool.
 
 Policy, after CuPy's and PyTorch's caching allocators:
-- Tensors are sub-allocated from a few large blocks (one VkDeviceMemory and one VkBuffer
-  over all of it) per memory kind: "device" (device-local) and "host" (host-visible,
-  coherent, persistently mapped; staging and host tensors).
-- Requests are rounded up to the alignment (minStorageBufferOffsetAlignment, at least 16).
-  Small requests (<= 1 MiB) come from 8 MiB blocks, large ones from 64 MiB blocks; a
-  request above half a large block gets a block of its own.
+- Tensors are sub-allocated from blocks (one VkDeviceMemory and one VkBuffer over all of
+  it) per memory kind: "device" (device-local) and "host" (host-visible, coherent,
+  persistently mapped; staging and host tensors).
+- Requests are rounded up to the alignment (minStorageBufferOffsetAlignment, at least 16)
+  and fall in one of three size classes, each a sub-pool per kind: small (<= 1 MiB) from
+  8 MiB blocks, large (<= 32 MiB) from 64 MiB blocks, huge (above) from blocks of the
+  first request's own size. Under a memory limit (or a small heap), small and large blocks
+  are at most 1/8 of it, so that several share it and an emptied one can go back.
 - Best fit over all free ranges of a sub-pool (one sorted list), splitting the range
-  taken; a freed range merges with its free neighbours.
+  taken; a freed range merges with its free neighbours. A freed huge block is reused like
+  any other: the next huge request that fits takes it (or a part of it).
 - The pool never frees a range that submitted work may use: the manager calls free()
   only after the fences of that work have signalled.
 - Fast path for churn: a freed small range goes, unmerged, onto a bin of its exact size
   (LIFO) and the next request of that size takes it back in O(1). Bins are merged into
   the free list before the pool grows or releases blocks, so they never cost memory.
+- Empty blocks stay cached for reuse, at most cache_bound bytes of them: 1/8 of the
+  ceiling below (at least 128 MiB, at most the ceiling); beyond that the oldest emptied
+  go back to the driver as soon as a free leaves them empty. empty_cache() gives back all.
+- Ceilings: the size of every memory heap (whatever the driver would over-commit: lavapipe
+  hands out 12 GiB on its "2 GiB" heap), maxMemoryAllocationSize per block, and
+  memory_limit over all blocks. A tensor that can never fit one of them fails before any
+  host copy of its data (check_request, called by Manager.tensor and Manager.empty).
+- When a new block cannot be had, the pool lets the manager retire finished work,
+  empties every cache (the bins of every sub-pool merged, then every empty block of every
+  kind and size class given back) and retries; then it takes a free range of another size
+  class of the same kind, then of the other kind where one memory serves both (device
+  blocks are mapped where their memory is host-visible on a device that is not discrete:
+  CPU and integrated devices); only then OutOfMemoryError, naming the size and the limit.
 - Large "device" tensors whose host copy can be imported (VK_EXT_external_memory_host)
   get no staging range: their page-aligned numpy host copy itself becomes a block of its
   own (import_host), so the sync ops are one DMA, with no memcpy. Imports are host
-  memory, outside reserved_bytes and memory_limit, and few (IMPORT_MIN and up).
-- Empty blocks stay cached until empty_cache(). When a new block cannot be had (device
-  out of memory, or memory_limit reached), the pool empties its cache and retries once,
-  then raises OutOfMemoryError.
+  memory, outside reserved_bytes, the heap ceilings and memory_limit, and few (IMPORT_MIN
+  and up); each goes with its tensor, and numpy frees the memory with the last view.
 """
 from __future__ import annotations
 
@@ -39,6 +53,11 @@ IMPORT_MIN = 4 * MiB     # host copies this large are imported, where the device
 SMALL_LIMIT = 1 * MiB
 SMALL_BLOCK = 8 * MiB
 LARGE_BLOCK = 64 * MiB
+HUGE_ABOVE = LARGE_BLOCK // 2   # requests above this get a block of their own size
+SMALL, LARGE, HUGE = 0, 1, 2    # size classes
+CACHE_FRACTION = 8              # empty blocks kept: at most 1/8 of the heap (or limit)...
+CACHE_MIN = 2 * LARGE_BLOCK     # ...or this much, where that is more
+NO_LIMIT = 1 << 62
 
 # VkMemoryPropertyFlagBits
 DEVICE_LOCAL = 0x1
@@ -71,15 +90,17 @@ def memory_type_candidates(info: DeviceInfo, kind: str) -> list[int]:
 
 
 class Block:
-    __slots__ = ("id", "handle", "ptr", "size", "mem_type", "sub", "nallocs",
+    __slots__ = ("id", "handle", "ptr", "size", "mem_type", "heap", "sub", "nallocs",
                  "free_start", "free_end")
 
-    def __init__(self, bid: int, handle, ptr: int, size: int, mem_type: int, sub: SubPool):
+    def __init__(self, bid: int, handle, ptr: int, size: int, mem_type: int, sub: SubPool,
+                 heap: int = -1):
         self.id = bid
         self.handle = handle
         self.ptr = ptr          # address of the mapping, 0 when not mapped
         self.size = size
         self.mem_type = mem_type
+        self.heap = heap        # the memory heap it is charged to (-1: imported host memory)
         self.sub = sub
         # Ranges handed out, and freed ones still on a bin (SubPool.bins) until
         # flush_bins(): the churn fast path touches no block.
@@ -106,17 +127,25 @@ class Allocation:
 class SubPool:
     """Blocks of one memory kind and one size class, with one sorted free list."""
 
-    def __init__(self, pool: Pool, kind: str, block_size: int, dedicated_above: int | None):
+    def __init__(self, pool: Pool, kind: str, cls: int, block_size: int):
         self.pool = pool
         self.kind = kind
-        self.block_size = block_size
-        self.dedicated_above = dedicated_above
+        self.cls = cls
+        self.block_size = block_size    # 0 for HUGE: a block as big as its first request
         self.blocks: dict[int, Block] = {}
         self.free: list[tuple[int, int, int]] = []   # (size, block id, offset)
         # size -> freed Allocations whose ranges are not merged yet (small sub-pools only);
         # the objects are handed out again as they are
-        self.bins: dict[int, list[Allocation]] | None = {} if dedicated_above is None else None
+        self.bins: dict[int, list[Allocation]] | None = {} if cls == SMALL else None
         self.binned = 0
+
+    def take(self, size: int) -> Allocation | None:
+        """Best fit from the free list, merging the bins first if nothing fits."""
+        a = self._take(size)
+        if a is None and self.binned:
+            self.flush_bins()
+            a = self._take(size)
+        return a
 
     def _take(self, size: int) -> Allocation | None:
         i = bisect.bisect_left(self.free, (size, -1, -1))
@@ -128,8 +157,31 @@ class SubPool:
         del blk.free_end[off + fsize]
         if fsize > size:
             self._add_free(blk, off + size, fsize - size)
+        if not blk.nallocs:
+            self.pool._refilled(blk)
         blk.nallocs += 1
         return Allocation(blk, off, size, size)
+
+    def take_where(self, size: int, ok: Callable[[Block], bool]) -> Allocation | None:
+        """Best fit among the free ranges of blocks that `ok` accepts (slow: a scan)."""
+        if self.binned:
+            self.flush_bins()
+        free = self.free
+        for i in range(bisect.bisect_left(free, (size, -1, -1)), len(free)):
+            fsize, bid, off = free[i]
+            blk = self.blocks[bid]
+            if not ok(blk):
+                continue
+            del free[i]
+            del blk.free_start[off]
+            del blk.free_end[off + fsize]
+            if fsize > size:
+                self._add_free(blk, off + size, fsize - size)
+            if not blk.nallocs:
+                self.pool._refilled(blk)
+            blk.nallocs += 1
+            return Allocation(blk, off, size, size)
+        return None
 
     def _add_free(self, blk: Block, off: int, size: int) -> None:
         blk.free_start[off] = size
@@ -155,6 +207,8 @@ class SubPool:
             return
         blk.nallocs -= 1
         self._merge(blk, a.offset, size)
+        if not blk.nallocs:
+            self.pool._emptied(blk)
 
     def flush_bins(self) -> None:
         """Merges the binned ranges into the free list."""
@@ -162,10 +216,14 @@ class SubPool:
             return
         bins = self.bins
         assert bins is not None
+        pool = self.pool
         for size, b in bins.items():
             for a in b:
-                a.block.nallocs -= 1
-                self._merge(a.block, a.offset, size)
+                blk = a.block
+                blk.nallocs -= 1
+                self._merge(blk, a.offset, size)
+                if not blk.nallocs:
+                    pool._emptied(blk)
         bins.clear()
         self.binned = 0
 
@@ -191,17 +249,22 @@ class SubPool:
         blk.nallocs += 1
         return Allocation(blk, 0, size, size)
 
-    def drop_empty_blocks(self) -> list[Block]:
-        self.flush_bins()
-        empty = [b for b in self.blocks.values() if b.nallocs == 0]
-        for b in empty:
-            self._remove_free(b, 0, b.size)
-            del self.blocks[b.id]
-        return empty
+    def remove_block(self, blk: Block) -> None:
+        """Forgets an empty block (its one free range included)."""
+        self._remove_free(blk, 0, blk.size)
+        del self.blocks[blk.id]
 
 
 class Pool:
     """All tensor memory of one manager. Not thread-safe: the manager locks around it."""
+    # Slots: the churn fast path reads a few attributes per call, and an instance __dict__
+    # of more than 30 keys would make every one of those reads slower.
+    __slots__ = ("_by_kind", "_dev", "_ids", "_map_device", "_max_block", "_on_oom",
+                 "_serves", "_small", "_small_device", "_small_host", "_subs", "_type_heap",
+                 "_types", "align", "allocated", "block_cap", "cache_bound", "empty",
+                 "empty_bytes", "heap_reserved", "heap_size", "import_align", "imported",
+                 "imports", "info", "max_imports", "max_request", "memory_limit", "nallocs",
+                 "peak_allocated", "reserved", "size_ok")
 
     def __init__(self, device_handle, info: DeviceInfo, memory_limit: int | None,
                  on_oom: Callable[[], None] | None = None):
@@ -212,15 +275,56 @@ class Pool:
         self._on_oom = on_oom
         self._ids = itertools.count(1)
         self._types = {k: memory_type_candidates(info, k) for k in ("device", "host")}
-        max_alloc = info.max_memory_allocation_size or (1 << 62)
+        max_alloc = info.max_memory_allocation_size or NO_LIMIT
         self._max_block = max_alloc
-        self._subs: dict[tuple[str, bool], SubPool] = {}
+        # Memory heaps: what each one reports is a ceiling, whatever the driver allows.
+        heaps = [int(h) or NO_LIMIT for h in info.memory_heap_sizes]
+        type_heaps = list(getattr(info, "memory_type_heaps", ()) or ())
+        if not heaps or len(type_heaps) < len(info.memory_type_flags) or \
+                any(h >= len(heaps) for h in type_heaps):
+            heaps, type_heaps = [sum(heaps) if heaps else NO_LIMIT], []
+        self.heap_size = heaps
+        self.heap_reserved = [0] * len(heaps)
+        self._type_heap = type_heaps
+        # The largest request each kind can hold: one block, in one heap, within the limit.
+        self.max_request = {}
+        heap_of_kind = {}
+        for kind, types in self._types.items():
+            heap_of_kind[kind] = max((self._heap_of(t)[1] for t in types), default=NO_LIMIT)
+            self.max_request[kind] = min(max_alloc, heap_of_kind[kind],
+                                         memory_limit or NO_LIMIT)
+        # Below this, no request needs a size check (Manager.tensor's fast path).
+        self.size_ok = min(self.max_request.values()) // 2
+        # The ceiling the cache and block sizes scale with: the device heap or the limit.
+        ceiling = min(heap_of_kind["device"], memory_limit or NO_LIMIT)
+        if ceiling >= NO_LIMIT:
+            ceiling = 8 * LARGE_BLOCK
+        # Pooled blocks take at most 1/8 of the ceiling, so that a memory_limit holds several
+        # and an emptied one can go back to serve another kind or size class.
+        self.block_cap = max(self.align, ceiling // 8)
+        # Empty blocks kept for reuse, at most this many bytes (oldest given back first).
+        self.cache_bound = min(ceiling, max(CACHE_MIN, ceiling // CACHE_FRACTION))
+        self.empty: dict[int, Block] = {}   # empty blocks, oldest emptied first
+        self.empty_bytes = 0
+        # Device blocks are mapped where their memory is host-visible on a device that is
+        # not discrete, so that, when memory runs short, either kind may use the other's.
+        flags = info.memory_type_flags
+        self._map_device = info.type != "discrete"
+        self._serves: dict[str, Callable[[Block], bool]] = {
+            "host": lambda b: b.ptr != 0,
+            "device": lambda b: bool(flags[b.mem_type] & DEVICE_LOCAL)}
+        self._subs: dict[tuple[str, int], SubPool] = {}
+        self._by_kind: dict[str, list[SubPool]] = {}
         for kind in ("device", "host"):
-            self._subs[(kind, True)] = SubPool(self, kind, min(SMALL_BLOCK, max_alloc), None)
-            self._subs[(kind, False)] = SubPool(self, kind, min(LARGE_BLOCK, max_alloc),
-                                                LARGE_BLOCK // 2)
-        self._small_device = self._subs[("device", True)]
-        self._small_host = self._subs[("host", True)]
+            subs = [SubPool(self, kind, SMALL, min(SMALL_BLOCK, max_alloc)),
+                    SubPool(self, kind, LARGE, min(LARGE_BLOCK, max_alloc)),
+                    SubPool(self, kind, HUGE, 0)]
+            for sub in subs:
+                self._subs[(kind, sub.cls)] = sub
+            self._by_kind[kind] = subs
+        self._small_device = self._subs[("device", SMALL)]
+        self._small_host = self._subs[("host", SMALL)]
+        self._small = {"device": self._small_device, "host": self._small_host}
         self.allocated = 0
         self.peak_allocated = 0
         self.reserved = 0
@@ -231,9 +335,43 @@ class Pool:
         self.imports: dict[int, Block] = {}
         self.imported = 0
 
+    def _heap_of(self, mem_type: int) -> tuple[int, int]:
+        """(heap index, heap size) of a memory type."""
+        h = self._type_heap[mem_type] if self._type_heap else 0
+        return h, self.heap_size[h]
+
     def can_import(self, nbytes: int) -> bool:
         return (self.import_align > 0 and nbytes >= IMPORT_MIN
                 and len(self.imports) < self.max_imports)
+
+    def check_request(self, nbytes: int, kind: str, what: str = "tensor") -> None:
+        """Raises OutOfMemoryError, naming the size and the limit, when a tensor of `kind`
+        and `nbytes` can never be had (above maxMemoryAllocationSize, a memory heap or the
+        memory limit): called before any host copy of the data is made."""
+        size = self.round(nbytes)
+        need = ["device", "host"] if kind in ("device", "storage") else ["host"]
+        if kind == "device" and self.can_import(nbytes):
+            need = ["device"]        # its host copy becomes its staging memory
+        for k in need:
+            self._check_size(size, k, f"{what} of {nbytes} bytes")
+        if self.memory_limit is not None and size * len(need) > self.memory_limit:
+            raise OutOfMemoryError(
+                f"{what} of {nbytes} bytes ({kind!r}: {len(need)} ranges of that size) does "
+                f"not fit the memory limit of {self.memory_limit} bytes",
+                result="VK_ERROR_OUT_OF_DEVICE_MEMORY", call="memory_limit")
+
+    def _check_size(self, size: int, kind: str, what: str) -> None:
+        """OutOfMemoryError when one range of `size` bytes of `kind` can never be had."""
+        if size > self._max_block:
+            limit = f"the device's maxMemoryAllocationSize ({self._max_block} bytes)"
+        elif size > self.max_request[kind]:
+            limit = (f"the memory limit of {self.memory_limit} bytes"
+                     if self.memory_limit is not None and size > self.memory_limit else
+                     f"the device's largest {kind} memory heap ({self.max_request[kind]} bytes)")
+        else:
+            return
+        raise OutOfMemoryError(f"{what} is larger than {limit}",
+                               result="VK_ERROR_OUT_OF_DEVICE_MEMORY", call="vkAllocateMemory")
 
     def import_host(self, address: int, nbytes: int) -> Allocation | None:
         """A block over the host memory [address, address + nbytes rounded up to the import
@@ -273,9 +411,8 @@ class Pool:
     def alloc(self, nbytes: int, kind: str) -> Allocation:
         al = self.align
         size = (nbytes + al - 1) // al * al if nbytes > al else al
-        small = size <= SMALL_LIMIT
-        sub = self._subs[(kind, small)]
-        if small:
+        if size <= SMALL_LIMIT:
+            sub = self._small[kind]
             # Fast path: a freed range of exactly this size, handed out as it was.
             b = sub.bins.get(size)  # type: ignore[union-attr]
             if b:
@@ -287,24 +424,66 @@ class Pool:
                 if self.allocated > self.peak_allocated:
                     self.peak_allocated = self.allocated
                 return a
-        a = None
-        if sub.dedicated_above is None or size <= sub.dedicated_above:
-            a = sub._take(size)
-            if a is None and sub.binned:
-                sub.flush_bins()
-                a = sub._take(size)
-        if a is None:
-            block_size = size if (sub.dedicated_above is not None and size > sub.dedicated_above) \
-                else max(sub.block_size, size)
-            block_size = (block_size + MiB - 1) // MiB * MiB if block_size > MiB else block_size
-            blk = self._new_block(sub, block_size, size)
-            a = sub.take_new(blk, size)
+        else:
+            sub = self._subs[(kind, LARGE if size <= HUGE_ABOVE else HUGE)]
+        a = self._alloc_slow(sub, size)
         a.nbytes = nbytes
         self.allocated += a.size
         self.nallocs += 1
         if self.allocated > self.peak_allocated:
             self.peak_allocated = self.allocated
         return a
+
+    def _alloc_slow(self, sub: SubPool, size: int) -> Allocation:
+        """A free range that fits, else a new block; under pressure, frees every cache and
+        retries, then takes a range of another size class; else OutOfMemoryError."""
+        a = sub.take(size)
+        if a is not None:
+            return a
+        self._check_size(size, sub.kind, f"a {sub.kind} range of {size} bytes")
+        blk = self._new_block(sub, size)
+        if blk is None:
+            # Let the manager retire finished work (what it frees may fit), then give back
+            # every empty block of every kind and size class, bins merged first, and retry.
+            if self._on_oom:
+                self._on_oom()
+            self.empty_cache()
+            a = sub.take(size)
+            if a is not None:
+                return a
+            blk = self._new_block(sub, size)
+        if blk is None:
+            # Free space of another size class of this kind (in blocks still in use), then
+            # of the other kind, in blocks whose memory serves this kind too (one memory
+            # type for both, as on CPU and integrated devices).
+            for other in self._by_kind[sub.kind]:
+                if other is not sub:
+                    a = other.take(size)
+                    if a is not None:
+                        return a
+            serves = self._serves[sub.kind]
+            for other in self._by_kind["host" if sub.kind == "device" else "device"]:
+                a = other.take_where(size, serves)
+                if a is not None:
+                    return a
+            raise self._out_of_memory(sub, size)
+        return sub.take_new(blk, size)
+
+    def _out_of_memory(self, sub: SubPool, size: int) -> OutOfMemoryError:
+        held = (f"{self.reserved} bytes reserved by {self.nallocs} allocations, "
+                f"{self.allocated} bytes of them allocated")
+        if self.memory_limit is not None and self.reserved + size > self.memory_limit:
+            return OutOfMemoryError(
+                f"tensor of {size} bytes does not fit the memory limit of "
+                f"{self.memory_limit} bytes ({held})",
+                result="VK_ERROR_OUT_OF_DEVICE_MEMORY", call="memory_limit")
+        heaps = sorted({self._heap_of(t) for t in self._types[sub.kind]})
+        what = ", ".join(f"heap {h}: {self.heap_reserved[h]} of {n} bytes reserved"
+                         for h, n in heaps)
+        return OutOfMemoryError(
+            f"no {sub.kind} memory for a tensor of {size} bytes after the pool gave back its "
+            f"cache ({what}; {held})", result="VK_ERROR_OUT_OF_DEVICE_MEMORY",
+            call="vkAllocateMemory")
 
     def alloc_pair(self, nbytes: int) -> tuple[Allocation, Allocation]:
         """A "device" range and a "host" (staging) range of nbytes <= SMALL_LIMIT each."""
@@ -355,72 +534,82 @@ class Pool:
         self.nallocs -= 1
         a.block.sub.release(a)
 
-    def _new_block(self, sub: SubPool, block_size: int, need: int) -> Block:
-        if need > self._max_block:
-            raise OutOfMemoryError(
-                f"tensor of {need} bytes is larger than the device's maxMemoryAllocationSize "
-                f"({self._max_block} bytes)", result="VK_ERROR_OUT_OF_DEVICE_MEMORY",
-                call="vkAllocateMemory")
-        for attempt in (0, 1):
-            if attempt == 1:
-                # Free the cache (and let the manager retire finished work), then retry once.
-                if self._on_oom:
-                    self._on_oom()
-                self.empty_cache()
-            size = block_size
-            if self.memory_limit is not None and self.reserved + size > self.memory_limit:
-                size = need  # try a block just big enough before giving up
-                if self.reserved + size > self.memory_limit:
-                    if attempt == 1:
-                        raise OutOfMemoryError(
-                            f"tensor of {need} bytes does not fit the memory limit of "
-                            f"{self.memory_limit} bytes ({self.reserved} bytes reserved by "
-                            f"{self.nallocs} allocations)",
-                            result="VK_ERROR_OUT_OF_DEVICE_MEMORY", call="memory_limit")
-                    continue
-            try:
-                return self._create_block(sub, size)
-            except OutOfMemoryError:
-                if size > need:
-                    try:
-                        return self._create_block(sub, need)
-                    except OutOfMemoryError:
-                        pass
-                if attempt == 1:
-                    raise
-        raise AssertionError("unreachable")
+    # -- empty blocks ---------------------------------------------------------------------
+    def _emptied(self, blk: Block) -> None:
+        self.empty[blk.id] = blk
+        self.empty_bytes += blk.size
+        if self.empty_bytes > self.cache_bound:
+            self._trim()
 
-    def _create_block(self, sub: SubPool, size: int) -> Block:
-        mapped = sub.kind == "host"
+    def _refilled(self, blk: Block) -> None:
+        del self.empty[blk.id]
+        self.empty_bytes -= blk.size
+
+    def _trim(self) -> None:
+        """Gives back the oldest empty blocks until the cache is within its bound."""
+        while self.empty_bytes > self.cache_bound:
+            self._destroy_block(next(iter(self.empty.values())))
+
+    def _destroy_block(self, blk: Block) -> None:
+        """Gives an empty block back to the driver."""
+        self._refilled(blk)
+        blk.sub.remove_block(blk)
+        lib.sg_block_destroy(blk.handle)
+        blk.handle = ffi.NULL
+        self.reserved -= blk.size
+        self.heap_reserved[blk.heap] -= blk.size
+
+    def _new_block(self, sub: SubPool, need: int) -> Block | None:
+        """A new block for a request of `need` bytes, within the heaps and the memory limit;
+        None when none can be had (tried: the class's block size, then `need` alone)."""
+        if sub.cls == HUGE:
+            size = need
+        else:
+            size = max(min(sub.block_size, self.block_cap), need)
+            if size > MiB:
+                size = max(need, min((size + MiB - 1) // MiB * MiB, self._max_block))
+        for bs in (size, need) if size > need else (size,):
+            if self.memory_limit is not None and self.reserved + bs > self.memory_limit:
+                continue
+            blk = self._create_block(sub, bs)
+            if blk is not None:
+                return blk
+        return None
+
+    def _create_block(self, sub: SubPool, size: int) -> Block | None:
         out = ffi.new("sg_block **")
-        last: DeviceError | None = None
         for mem_type in self._types[sub.kind]:
+            heap, heap_size = self._heap_of(mem_type)
+            if self.heap_reserved[heap] + size > heap_size:
+                continue   # the heap is full, whatever the driver would allow
+            mapped = sub.kind == "host" or (
+                self._map_device and self.info.memory_type_flags[mem_type] &
+                (HOST_VISIBLE | HOST_COHERENT) == HOST_VISIBLE | HOST_COHERENT)
             rc = lib.sg_block_create(self._dev, size, mem_type, 1 if mapped else 0, out)
             if rc == lib.SG_ERR_MEMORY_TYPE:
                 continue
             try:
                 check(rc, f"allocating a {sub.kind} memory block of {size} bytes "
                           f"(memory type {mem_type})")
-            except OutOfMemoryError as exc:
-                last = exc
+            except OutOfMemoryError:
                 continue
             ptr = int(ffi.cast("uintptr_t", lib.sg_block_ptr(out[0]))) if mapped else 0
             self.reserved += size
-            return Block(next(self._ids), out[0], ptr, size, mem_type, sub)
-        if last is not None:
-            raise last
-        raise DeviceError(f"no memory type of this device can hold a {sub.kind} buffer")
+            self.heap_reserved[heap] += size
+            return Block(next(self._ids), out[0], ptr, size, mem_type, sub, heap)
+        if not self._types[sub.kind]:
+            raise DeviceError(f"no memory type of this device can hold a {sub.kind} buffer")
+        return None
 
     def empty_cache(self) -> int:
-        """Destroys blocks that hold no allocation; returns the bytes given back."""
-        freed = 0
+        """Destroys blocks that hold no allocation (bins merged first); returns the bytes
+        given back."""
+        reserved = self.reserved
         for sub in self._subs.values():
-            for blk in sub.drop_empty_blocks():
-                lib.sg_block_destroy(blk.handle)
-                blk.handle = ffi.NULL
-                self.reserved -= blk.size
-                freed += blk.size
-        return freed
+            sub.flush_bins()
+        while self.empty:
+            self._destroy_block(next(iter(self.empty.values())))
+        return reserved - self.reserved
 
     def destroy(self) -> None:
         """Destroys every block, allocated or not. The device must be idle."""
@@ -437,8 +626,11 @@ class Pool:
             lib.sg_block_destroy(blk.handle)
             blk.handle = ffi.NULL
         self.imports.clear()
+        self.empty.clear()
+        self.empty_bytes = 0
         self.imported = 0
         self.reserved = 0
+        self.heap_reserved = [0] * len(self.heap_size)
         self.allocated = 0
         self.nallocs = 0
 
@@ -451,4 +643,6 @@ class Pool:
             "allocations": self.nallocs,
             "imported_host_bytes": self.imported,
             "imported_blocks": len(self.imports),
+            "cached_bytes": self.empty_bytes,
+            "cache_limit_bytes": self.cache_bound,
         }

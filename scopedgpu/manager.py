@@ -524,12 +524,14 @@ class Manager:
             # Fast path (tensor churn): a numpy array keeps its dtype.
             if data.dtype in self._dtypes_ok and data.size:
                 pool = st.pool
-                if kind == "device" and data.nbytes >= IMPORT_MIN and \
-                        pool.can_import(data.nbytes):
-                    # Copy straight into memory the device can import (one copy, not two).
-                    arr = aligned_empty(data.shape, data.dtype, pool.import_align)
-                    np.copyto(arr, data)
-                    return Tensor(self, arr, kind)
+                if data.nbytes >= IMPORT_MIN:
+                    if data.nbytes > pool.size_ok:   # before any copy: too big fails now
+                        pool.check_request(data.nbytes, kind)
+                    if kind == "device" and pool.can_import(data.nbytes):
+                        # Copy straight into memory the device can import (one copy).
+                        arr = aligned_empty(data.shape, data.dtype, pool.import_align)
+                        np.copyto(arr, data)
+                        return Tensor(self, arr, kind)
                 return Tensor(self, data.copy(), kind)
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
@@ -538,6 +540,8 @@ class Manager:
                             "use OpTensorCopy")
         if dtype is None and not isinstance(data, np.ndarray) and not hasattr(data, "__array__"):
             dtype = np.float32   # kp: Python lists are float32
+        if isinstance(data, np.ndarray) and data.size * 8 > st.pool.size_ok:
+            st.pool.check_request(data.size * np.dtype(dtype or data.dtype).itemsize, kind)
         try:
             arr = np.array(data, dtype=dtype, order="C", copy=True)
         except (TypeError, ValueError) as exc:
@@ -547,6 +551,8 @@ class Manager:
             arr = arr.astype(arr.dtype.newbyteorder("="))
         if arr.size == 0:
             raise ValueError(f"a tensor needs at least one element; got shape {arr.shape}")
+        if arr.nbytes > st.pool.size_ok:
+            st.pool.check_request(arr.nbytes, kind)
         return Tensor(self, arr, kind)
 
     def tensor_t(self, array: Any, kind: str = "device") -> Tensor:
@@ -557,6 +563,14 @@ class Manager:
     def empty(self, shape: int | Seq[int], dtype: Any = np.float32, *,
               kind: str = "device") -> Tensor:
         """A zero-filled tensor."""
+        st = self._open()
+        try:    # a tensor too big for the device fails before numpy allocates it
+            dims: list[Any] = [shape] if np.ndim(shape) == 0 else list(shape)  # type: ignore[arg-type]
+            nbytes = math.prod(int(d) for d in dims) * np.dtype(dtype).itemsize
+        except (TypeError, ValueError):
+            nbytes = 0   # numpy says what is wrong below
+        if nbytes > st.pool.size_ok and kind in KINDS:
+            st.pool.check_request(nbytes, kind)
         return self.tensor(np.zeros(shape, dtype=dtype), kind=kind)
 
     def _check_dtype(self, dtype: np.dtype) -> None:
@@ -685,7 +699,8 @@ class Manager:
     # -- memory and accounting -------------------------------------------------------------
     def memory_stats(self) -> dict[str, int]:
         """The tensor pool: allocated_bytes, reserved_bytes (blocks held from the device),
-        peak_allocated_bytes, blocks, tensors (live), memory_limit (0: none)."""
+        peak_allocated_bytes, blocks, tensors (live), memory_limit (0: none), cached_bytes
+        (empty blocks kept for reuse) and cache_limit_bytes (the most of them kept)."""
         st = self._open()
         with st.lock:
             st.collect()
