@@ -5,7 +5,7 @@ A LocalCluster of worker processes (one per device, round-robin; on a one-device
 they share it) each open one Manager through scopedgpu.dask's plugin. The array's mean
 and standard deviation come from dask; then two kernels run over its blocks through
 scopedgpu.dask.map_blocks: one writes (x - mean) / std, the next counts each block's
-values into bins with atomics; dask sums the per-block histograms. Both results are
+values into bins (partial histograms per workgroup); dask sums them. Both results are
 checked against numpy.
 
     python examples/dask_histogram.py [--size N] [--blocks B] [--workers W] [--bins K]
@@ -32,17 +32,32 @@ void main() {
 
 HISTOGRAM = """
 #version 450
-layout(local_size_x = 256) in;
+// One invocation per bin; each workgroup counts a strided share of the block, a tile of
+// NBINS values at a time (no atomics: every invocation scans the tile for its own bin).
+layout(local_size_x_id = 0) in;
+layout(constant_id = 0) const uint NBINS = 64;
 layout(push_constant) uniform P { float lo; float scale; } p;   // scale = bins / (hi - lo)
 layout(set = 0, binding = 0) readonly buffer Z { float z[]; };
-layout(set = 0, binding = 1) buffer H { uint counts[]; };        // zero-filled
+layout(set = 0, binding = 1) writeonly buffer H { uint counts[]; };   // groups x NBINS
+shared uint tile[NBINS];
 void main() {
-    uint i = gl_GlobalInvocationID.x;
-    if (i >= uint(z.length())) return;
-    float f = floor((z[i] - p.lo) * p.scale);
-    if (f >= 0.0 && f < float(counts.length())) atomicAdd(counts[uint(f)], 1u);
+    uint b = gl_LocalInvocationID.x, g = gl_WorkGroupID.x, groups = gl_NumWorkGroups.x;
+    uint n = uint(z.length()), count = 0u;
+    for (uint base = g * NBINS; base < n; base += groups * NBINS) {   // uniform per group
+        uint i = base + b, bin = 0xffffffffu;
+        if (i < n) {
+            float f = floor((z[i] - p.lo) * p.scale);
+            if (f >= 0.0 && f < float(NBINS)) bin = uint(f);
+        }
+        tile[b] = bin;
+        barrier();
+        for (uint k = 0u; k < NBINS; ++k) count += uint(tile[k] == b);
+        barrier();
+    }
+    counts[g * NBINS + b] = count;
 }
 """
+GROUPS = 64     # workgroups per block, each writing its own partial histogram
 
 
 def main(args: argparse.Namespace) -> int:
@@ -57,7 +72,7 @@ def main(args: argparse.Namespace) -> int:
     with LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True,
                       dashboard_address=None) as cluster, Client(cluster) as client:
         sgd.register(client)
-        where = client.run(lambda: str(sgd.manager().device.name))
+        where = client.run(lambda dask_worker: sgd.manager(dask_worker).device.name)
         for addr, name in sorted(where.items()):
             print(f"worker {addr}: {name}")
         rng = da.random.default_rng(42)
@@ -66,11 +81,13 @@ def main(args: argparse.Namespace) -> int:
         z = sgd.map_blocks(NORMALISE, x, push_consts=[float(mean), float(1.0 / std)])
         lo, hi = -4.0, 4.0
         nblocks = x.numblocks[0]
-        per_block = sgd.map_blocks(HISTOGRAM, z, out_shape=lambda s: (1, args.bins),
-                                   dtype=np.uint32, push_consts=[lo, args.bins / (hi - lo)],
-                                   zero_output=True,
-                                   chunks=((1,) * nblocks, (args.bins,)), new_axis=1)
-        xs, zs, hist = dask.compute(x, z, per_block.sum(axis=0, dtype=np.uint64))
+        width = GROUPS * args.bins
+        partial = sgd.map_blocks(HISTOGRAM, z, out_shape=lambda s: (1, width), dtype=np.uint32,
+                                 spec_consts=[args.bins], workgroup=(GROUPS, 1, 1),
+                                 push_consts=[lo, args.bins / (hi - lo)],
+                                 chunks=((1,) * nblocks, (width,)), new_axis=1)
+        xs, zs, sums = dask.compute(x, z, partial.sum(axis=0, dtype=np.uint64))
+        hist = sums.reshape(GROUPS, args.bins).sum(axis=0)
     seconds = time.perf_counter() - t0
     print(f"{args.size:,} floats in {nblocks} blocks on {args.workers} workers: {seconds:.1f} s "
           f"(cluster start included)")

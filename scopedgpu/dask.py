@@ -112,14 +112,17 @@ _fallback: sg.Manager | None = None
 _fallback_lock = threading.Lock()
 
 
-def manager() -> sg.Manager:
-    """The Manager of the worker running the current task; outside such a worker, one
-    process-wide Manager (default device), opened on first use."""
+def manager(worker: Any = None) -> sg.Manager:
+    """The Manager of `worker`, by default the worker running the current task (in a
+    function run by `client.run`, which is not a task, pass its `dask_worker` argument);
+    outside such a worker, one process-wide Manager (default device), opened on first use."""
     global _fallback
-    try:
-        plugin = get_worker().plugins.get(PLUGIN_NAME)
-    except ValueError:        # not inside a worker
-        plugin = None
+    if worker is None:
+        try:
+            worker = get_worker()
+        except ValueError:        # not inside a task on a worker
+            worker = None
+    plugin = None if worker is None else worker.plugins.get(PLUGIN_NAME)
     if plugin is not None and plugin.manager is not None:
         return plugin.manager
     with _fallback_lock:
@@ -195,4 +198,9 @@ def map_blocks(kernel: str | bytes, *arrays: Any, out_shape: Callable[..., Seq[i
                           zero_output=zero_output)
 
     kwargs.setdefault("token", "scopedgpu-kernel")
+    # Without meta, dask would call `block` on empty arrays here to learn the output type
+    # (and open a Manager on the client).
+    new, drop = kwargs.get("new_axis", ()), kwargs.get("drop_axis", ())
+    ndim = arrays[0].ndim + len(np.atleast_1d(new)) - len(np.atleast_1d(drop))
+    kwargs.setdefault("meta", np.empty((0,) * ndim, dtype=out_dtype))
     return da.map_blocks(block, *arrays, dtype=out_dtype, **kwargs)
