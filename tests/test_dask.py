@@ -108,3 +108,25 @@ def test_worker_killed_mid_task_rerun_elsewhere_survivor_leaks_nothing(tmp_path,
     assert len(survivors) == 1, (before.keys(), after.keys())
     for addr in survivors:
         assert after[addr] == before[addr], f"worker {addr} leaked: {after[addr]} != {before[addr]}"
+
+
+def test_scaling_task_with_committed_spirv():
+    """bench/dask_scaling.py's task, outside a worker (the process-wide Manager), with the
+    SPIR-V committed next to it: the results its client checks are right."""
+    import importlib.util
+    from tests.conftest import ROOT
+    path = os.path.join(ROOT, "bench", "dask_scaling.py")
+    spec = importlib.util.spec_from_file_location("dask_scaling", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    spirv = open(os.path.join(ROOT, "bench", "shaders", "lcg_fill.spv"), "rb").read()
+    before = sg.live_vulkan_objects()["devices"]
+    try:
+        for seed, n, iters in ((5, 70_000, 33), (2**31 + 7, 4096, 1)):
+            sample, device = mod.task(seed, n, iters, spirv)
+            assert np.array_equal(sample, mod.expected(n, seed, iters))
+            assert device == sgd._fallback.device.index
+        assert sg.live_vulkan_objects()["devices"] == before + 1
+    finally:
+        sgd._fallback.close()
+    assert sg.live_vulkan_objects()["devices"] == before
