@@ -13,7 +13,7 @@ from tests.conftest import source_env
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ["README.md", "docs/guide.md", "docs/testing.md", "docs/migrating-from-kompute.md",
-        "docs/troubleshooting.md"]
+        "docs/troubleshooting.md", "docs/scale.md"]
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 
 
