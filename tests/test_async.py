@@ -100,13 +100,17 @@ def _lcg_setup(mgr, glsl, n=64 * 256):
     return v0, t, algo
 
 
+def _timed_run(mgr, algo, iters):
+    t0 = time.perf_counter()
+    mgr.run(sg.OpAlgoDispatch(algo, push_consts=np.array([iters], dtype=np.uint32)))
+    return time.perf_counter() - t0
+
+
 def _long_iters(mgr, t, algo, seconds=0.3):
     """The LCG steps that make one dispatch last about `seconds` on this device."""
     iters = 256
     while True:
-        t0 = time.perf_counter()
-        mgr.run(sg.OpAlgoDispatch(algo, push_consts=np.array([iters], dtype=np.uint32)))
-        took = time.perf_counter() - t0
+        took = min(_timed_run(mgr, algo, iters) for _ in range(2))   # min: a stall only adds
         if took >= seconds / 4 or iters >= 1 << 26:
             return int(iters * seconds / max(took, 1e-6)) or 1
         iters *= 4
@@ -142,8 +146,12 @@ def test_loop_keeps_running_during_a_long_dispatch(mgr, glsl):
             task.cancel()
         return counted, elapsed, t.numpy()
 
-    ticks, elapsed, got = asyncio.run(measure(blocking=False))
-    assert np.array_equal(got, lcg_reference(v0, iters))
+    for _ in range(4):      # the calibration may have run under a passing load: lengthen
+        ticks, elapsed, got = asyncio.run(measure(blocking=False))
+        assert np.array_equal(got, lcg_reference(v0, iters))
+        if elapsed > 0.1:
+            break
+        iters *= 4
     assert elapsed > 0.1, f"the dispatch took only {elapsed:.3f} s: not a long dispatch"
     # A 5 ms ticker over the whole wait: at least a third of its ticks (loaded CI machines).
     assert ticks >= elapsed / 0.005 / 3, (ticks, elapsed)
