@@ -153,8 +153,10 @@ def test_loop_keeps_running_during_a_long_dispatch(mgr, glsl):
             break
         iters *= 4
     assert elapsed > 0.1, f"the dispatch took only {elapsed:.3f} s: not a long dispatch"
-    # A 5 ms ticker over the whole wait: at least a third of its ticks (loaded CI machines).
-    assert ticks >= elapsed / 0.005 / 3, (ticks, elapsed)
+    # A 5 ms ticker over a wait of 0.1 s or more. On lavapipe the "GPU" is the CPU, which
+    # a loaded machine shares with this loop: ask for a few ticks, not all of them; a
+    # blocked loop gets at most one (below).
+    assert ticks >= 5, (ticks, elapsed)
     # The same measure catches a blocked loop: a blocking eval lets at most one tick in.
     ticks_blocked, elapsed_blocked, got = asyncio.run(measure(blocking=True))
     assert np.array_equal(got, lcg_reference(v0, iters))
