@@ -97,8 +97,9 @@ def test_worker_killed_mid_task_rerun_elsewhere_survivor_leaks_nothing(tmp_path,
         np.testing.assert_array_equal(warm.compute(), 2 * x[:128])
         before = client.run(_counts)
         assert len(before) == 2
+        # meta given: dask must not call _flaky_block on the client to learn its output
         out = da.from_array(x, chunks=4000).map_blocks(_flaky_block, marker, spirv,
-                                                       dtype=np.float32)
+                                                       meta=np.empty((0,), np.float32))
         got = out.compute()
         assert os.path.exists(marker)                  # one worker died mid-task
         np.testing.assert_array_equal(got, 2 * x)      # and its task ran again elsewhere
@@ -120,6 +121,7 @@ def test_scaling_task_with_committed_spirv():
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     spirv = open(os.path.join(ROOT, "bench", "shaders", "lcg_fill.spv"), "rb").read()
+    assert sgd._fallback is None or sgd._fallback.closed   # no test opened it before
     before = sg.live_vulkan_objects()["devices"]
     try:
         for seed, n, iters in ((5, 70_000, 33), (2**31 + 7, 4096, 1)):
