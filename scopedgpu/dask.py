@@ -159,6 +159,8 @@ def run_kernel(kernel: str | bytes, *blocks: np.ndarray, out_shape: Seq[int] | N
     first = np.asarray(blocks[0])
     shape = tuple(first.shape if out_shape is None else out_shape)
     dtype = first.dtype if out_dtype is None else np.dtype(out_dtype)
+    if any(np.size(b) == 0 for b in blocks) or 0 in shape:
+        return np.zeros(shape, dtype=dtype)   # an empty block: nothing to dispatch
     tensors: list[sg.Tensor] = []
     try:
         for b in blocks:

@@ -132,3 +132,22 @@ def test_scaling_task_with_committed_spirv():
     finally:
         sgd._fallback.close()
     assert sg.live_vulkan_objects()["devices"] == before
+
+
+def test_map_blocks_without_a_cluster_and_an_empty_block(glsl):
+    """Dask's threaded scheduler (no worker, no plugin): the tasks share one process-wide
+    Manager; an empty block dispatches nothing."""
+    assert sgd._fallback is None or sgd._fallback.closed
+    before = sg.live_vulkan_objects()["devices"]
+    x = np.arange(3001, dtype=np.float32)
+    y = -x / 2
+    chunks = ((1000, 0, 2001),)
+    try:
+        out = sgd.map_blocks(glsl(SAXPY), da.from_array(x, chunks=chunks),
+                             da.from_array(y, chunks=chunks), push_consts=[0.5])
+        np.testing.assert_array_equal(out.compute(scheduler="threads"), np.zeros_like(x))
+        assert sg.live_vulkan_objects()["devices"] == before + 1
+        assert sgd._fallback.live_objects()["tensors"] == 0
+    finally:
+        sgd._fallback.close()
+    assert sg.live_vulkan_objects()["devices"] == before
