@@ -57,9 +57,10 @@ def lcg_reference(v: np.ndarray, iters: int) -> np.ndarray:
 def test_lcg_reference_matches_stepping():
     v = np.arange(5, dtype=np.uint32) * 977
     s = v.astype(np.uint64)
-    for _ in range(37):
+    for k in range(1, 3001):
         s = (s * 1664525 + 1013904223) % 2**32
-    assert np.array_equal(lcg_reference(v, 37), s.astype(np.uint32))
+        if k in (1, 37, 3000):
+            assert np.array_equal(lcg_reference(v, k), s.astype(np.uint32))
 
 
 def test_hundred_concurrent_coroutines_no_leak(mgr, glsl):
@@ -93,33 +94,35 @@ def test_hundred_concurrent_coroutines_no_leak(mgr, glsl):
     assert leak_counts(mgr) == baseline
 
 
-def _lcg_setup(mgr, glsl, n=64 * 256):
-    v0 = np.arange(n, dtype=np.uint32) * 2654435761
-    t = mgr.tensor(v0)
-    algo = mgr.algorithm([t], glsl(LCG), push_consts=np.array([1], dtype=np.uint32))
-    return v0, t, algo
-
-
 def _timed_run(mgr, algo, iters):
     t0 = time.perf_counter()
     mgr.run(sg.OpAlgoDispatch(algo, push_consts=np.array([iters], dtype=np.uint32)))
     return time.perf_counter() - t0
 
 
-def _long_iters(mgr, t, algo, seconds=0.3):
-    """The LCG steps that make one dispatch last about `seconds` on this device."""
-    iters = 256
+# lavapipe runs at most 65,535 iterations of a shader's loops per invocation (llvmpipe's
+# loop limiter; the rest are skipped silently): a long dispatch grows in elements instead.
+MAX_STEPS = 60_000
+
+
+def _long_lcg(mgr, glsl, seconds):
+    """(v0, tensor, algorithm, steps) of an LCG dispatch lasting about `seconds` here."""
+    spirv = glsl(LCG)
+    limit = min(int(mgr.device.max_storage_buffer_range), (mgr.device.memory_bytes or 1 << 30) // 8)
+    n = 64 * 16
     while True:
-        took = min(_timed_run(mgr, algo, iters) for _ in range(2))   # min: a stall only adds
-        if took >= seconds / 4 or iters >= 1 << 26:
-            return int(iters * seconds / max(took, 1e-6)) or 1
-        iters *= 4
+        v0 = np.arange(n, dtype=np.uint32) * 2654435761
+        t = mgr.tensor(v0)
+        algo = mgr.algorithm([t], spirv, push_consts=np.array([1], dtype=np.uint32))
+        took = min(_timed_run(mgr, algo, MAX_STEPS) for _ in range(2))   # a stall only adds
+        if took >= seconds / 4 or n * 16 > limit:
+            return v0, t, algo, max(1, min(MAX_STEPS, int(MAX_STEPS * seconds / took)))
+        algo.destroy()
+        t.destroy()
+        n *= 4
 
 
 def test_loop_keeps_running_during_a_long_dispatch(mgr, glsl):
-    v0, t, algo = _lcg_setup(mgr, glsl)
-    iters = _long_iters(mgr, t, algo)
-
     async def measure(blocking: bool) -> tuple[int, float, np.ndarray]:
         ticks = 0
 
@@ -146,28 +149,32 @@ def test_loop_keeps_running_during_a_long_dispatch(mgr, glsl):
             task.cancel()
         return counted, elapsed, t.numpy()
 
-    for _ in range(4):      # the calibration may have run under a passing load: lengthen
+    for attempt in range(3):    # the calibration may have run under a passing load
+        v0, t, algo, iters = _long_lcg(mgr, glsl, 0.4 * 4**attempt)
         ticks, elapsed, got = asyncio.run(measure(blocking=False))
         assert np.array_equal(got, lcg_reference(v0, iters))
         if elapsed > 0.1:
             break
-        iters *= 4
+        algo.destroy()
+        t.destroy()
     assert elapsed > 0.1, f"the dispatch took only {elapsed:.3f} s: not a long dispatch"
     # A 5 ms ticker over a wait of 0.1 s or more. On lavapipe the "GPU" is the CPU, which
     # a loaded machine shares with this loop: ask for a few ticks, not all of them; a
     # blocked loop gets at most one (below).
     assert ticks >= 5, (ticks, elapsed)
-    # The same measure catches a blocked loop: a blocking eval lets at most one tick in.
-    ticks_blocked, elapsed_blocked, got = asyncio.run(measure(blocking=True))
-    assert np.array_equal(got, lcg_reference(v0, iters))
-    assert elapsed_blocked > 0.1 and ticks_blocked <= 1, (ticks_blocked, elapsed_blocked)
-    algo.destroy()
-    t.destroy()
+    # The same measure catches a blocked loop: a blocking eval (long enough for 6 ticks)
+    # lets at most one tick in.
+    try:
+        ticks_blocked, elapsed_blocked, got = asyncio.run(measure(blocking=True))
+        assert np.array_equal(got, lcg_reference(v0, iters))
+        assert elapsed_blocked > 0.03 and ticks_blocked <= 1, (ticks_blocked, elapsed_blocked)
+    finally:
+        algo.destroy()
+        t.destroy()
 
 
 def test_wait_with_timeout_then_to_completion(mgr, glsl):
-    v0, t, algo = _lcg_setup(mgr, glsl)
-    iters = _long_iters(mgr, t, algo, seconds=0.4)
+    v0, t, algo, iters = _long_lcg(mgr, glsl, 0.4)
 
     async def main() -> tuple[bool, bool, bool]:
         with mgr.sequence() as seq:
@@ -191,8 +198,7 @@ def test_wait_with_timeout_then_to_completion(mgr, glsl):
 
 
 def test_cancelled_await_leaves_the_work_to_finish(mgr, glsl):
-    v0, t, algo = _lcg_setup(mgr, glsl)
-    iters = _long_iters(mgr, t, algo, seconds=0.3)
+    v0, t, algo, iters = _long_lcg(mgr, glsl, 0.3)
 
     async def main() -> bool:
         with mgr.sequence() as seq:

@@ -13,7 +13,7 @@ import numpy as np
 
 import scopedgpu as sg
 from tests.conftest import DEBUG, ROOT, leak_counts, source_env
-from tests.test_async import LCG, _timed_run, lcg_reference
+from tests.test_async import LCG, _long_lcg, lcg_reference
 
 
 def _two_devices() -> list[int]:
@@ -24,22 +24,15 @@ def _two_devices() -> list[int]:
 
 def test_two_managers_wait_at_once_with_the_gil_released(glsl):
     spirv = glsl(LCG)
-    n = 64 * 128
     managers = [sg.Manager(i, debug=DEBUG or None) for i in _two_devices()]
     try:
         baselines = [leak_counts(m) for m in managers]
-        v0 = [np.arange(n, dtype=np.uint32) * 2654435761 + k for k in range(2)]
-        tensors = [m.tensor(v) for m, v in zip(managers, v0)]
-        algos = [m.algorithm([t], spirv, push_consts=np.array([1], dtype=np.uint32))
-                 for m, t in zip(managers, tensors)]
-        # Steps that make one dispatch last about 0.6 s on the first device alone.
-        iters = 256
-        while True:
-            took = min(_timed_run(managers[0], algos[0], iters) for _ in range(2))
-            if took > 0.1 or iters >= 1 << 26:
-                break
-            iters *= 4
-        iters = max(1, int(iters * 0.6 / took))
+        # A dispatch of about 0.6 s on the first device alone; the same on the second.
+        first, t0_, a0_, iters = _long_lcg(managers[0], glsl, 0.6)
+        v0 = [first, first + np.uint32(1)]
+        tensors = [t0_, managers[1].tensor(v0[1])]
+        algos = [a0_, managers[1].algorithm([tensors[1]], spirv,
+                                            push_consts=np.array([1], dtype=np.uint32))]
         spans: list[tuple[float, float]] = [(0.0, 0.0), (0.0, 0.0)]
         errors: list[BaseException] = []
         start = threading.Barrier(3)
