@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"device: {mgr.device.name}")
         n = 1 << 12 if a.quick else 1 << 16
         tensors = [mgr.empty(n, dtype=np.uint32) for _ in range(conc)]
-        for iters in ((16, 4096) if a.quick else (16, 4096, 65536)):
+        for iters in ((16, 4096) if a.quick else (16, 4096, 60000)):
             pc = np.array([1, iters], dtype=np.uint32)
             seqs = [mgr.sequence().record(sg.OpAlgoDispatch(
                 mgr.algorithm([t], spirv, workgroup=(max(1, n // 256), 1, 1), push_consts=pc)))
