@@ -3,8 +3,8 @@
     python docs/gen_api.py          # rewrite docs/api.md
     python docs/gen_api.py --check  # exit 1 if docs/api.md is stale (tests/test_docs.py)
 
-Documented: every name in scopedgpu.__all__ and scopedgpu.testing.__all__; for classes,
-their public methods and properties (inherited ones included, object's excluded).
+Documented: every name in the __all__ of scopedgpu, scopedgpu.testing and scopedgpu.aio;
+for classes, their public methods and properties (inherited ones included, object's excluded).
 """
 from __future__ import annotations
 
@@ -124,12 +124,14 @@ def _class(name: str, cls: type) -> list[str]:
 def render() -> str:
     sys.path.insert(0, str(ROOT))
     import scopedgpu
+    import scopedgpu.aio as aio
     import scopedgpu.testing as testing
 
     parts = ["# API reference\n",
              "Generated from the docstrings by `python docs/gen_api.py`; do not edit by hand "
              "(tests/test_docs.py fails when this file is stale).\n"]
-    for modname, mod in (("scopedgpu", scopedgpu), ("scopedgpu.testing", testing)):
+    for modname, mod in (("scopedgpu", scopedgpu), ("scopedgpu.testing", testing),
+                         ("scopedgpu.aio", aio)):
         parts.append(f"## `{modname}`\n")
         parts.append(_doc(mod).split("\n\n")[0] + "\n")
         for name in mod.__all__:

@@ -744,7 +744,23 @@ def markdown(results: dict) -> str:
     return "\n".join(out)
 
 
+def cmd_multi_device(args: argparse.Namespace) -> int:
+    """--multi-device: the figures of several devices at once, measured by
+    bench/multi_device.py of a source checkout (one Manager per device, one thread each)."""
+    script = Path(__file__).resolve().parent.parent / "bench" / "multi_device.py"
+    if not script.exists():
+        print(f"bench --multi-device: {script} is missing (it ships with the source, not "
+              "the wheel)", file=sys.stderr)
+        return 1
+    cmd = [sys.executable, str(script), *(["--quick"] if args.quick else []),
+           *(["--json", args.json] if args.json else []),
+           *(["--devices", str(args.device)] if args.device is not None else [])]
+    return subprocess.run(cmd).returncode
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
+    if args.multi_device:
+        return cmd_multi_device(args)
     if args.device is not None and str(args.device).isdigit():
         args.device = int(args.device)
     bench = Bench(args)
@@ -787,4 +803,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--no-c", action="store_true", help="skip the C yardstick")
     p.add_argument("--no-cupy", action="store_true", help="skip CuPy even if importable")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.add_argument("--multi-device", action="store_true",
+                   help="instead: saxpy and transfer rates of every device at once against "
+                        "one alone (bench/multi_device.py; --device takes a list: 0,1)")
     p.set_defaults(func=cmd_bench)

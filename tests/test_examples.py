@@ -17,6 +17,8 @@ CASES = {
     "reduction.py": ["--size", "300001"],
     "matmul.py": ["--m", "37", "--k", "45", "--n", "29"],  # not multiples of the tile
     "embedding_worker.py": ["--requests", "120", "--vocab", "500", "--dim", "96"],
+    "async_service.py": ["--requests", "150", "--size", "5000"],
+    "dask_histogram.py": ["--size", "1000000", "--blocks", "12", "--workers", "2"],
 }
 
 

@@ -1,0 +1,191 @@
+"""asyncio: await GPU work without blocking the event loop.
+
+    from scopedgpu import aio
+    with mgr.sequence() as seq:
+        seq.record(sg.OpTensorSyncDevice([x])).record(sg.OpAlgoDispatch(algo))
+        seq.record(sg.OpTensorSyncLocal([out]))
+        await aio.eval(seq)          # submits, then awaits the fence; the loop runs on
+
+`eval(seq)` is `seq.eval()`, `wait(seq)` is `seq.eval_await()` and `run(mgr, *ops)` is
+`mgr.run(*ops)`, each as a coroutine. The submission itself is made on the calling thread
+(it takes microseconds); the wait for the fence is not.
+
+How the wait is made: one waiter thread per process, shared by every awaited sequence of
+every manager and every event loop, waits on the fence of the oldest pending sequence
+(the manager's lock released, as `eval_await` does) in slices of `SLICE` seconds and polls
+the others between slices; each completed sequence resolves its future through
+`loop.call_soon_threadsafe`. Why not poll from the loop with `asyncio.sleep`: the loop's
+timers have a resolution of one millisecond (epoll), so every await would cost at least
+that, even for a dispatch of 20 us, and every poll would wake the loop; the waiter thread
+wakes the loop once per completed sequence, tens of microseconds after the fence
+signals, and the completion work (the host copies of `OpTensorSyncLocal`) runs on the
+waiter thread, not on the loop. Why not a thread per wait (`asyncio.to_thread`): a
+thousand concurrent requests would park a thousand threads. The cost: one thread asleep
+in `vkWaitForFences` while work is pending (spinning its first 0.2 ms of each slice, as
+every wait does), and a sequence that completes before an older one on another queue or
+device is seen at the end of the current slice (at most `SLICE` late).
+
+While a sequence is awaited, no other coroutine may use it (as with threads: one
+sequence, one user at a time). Cancelling the awaiting coroutine does not stop the GPU
+work: the sequence still runs, and its `with` block's exit waits for it as usual.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from typing import TYPE_CHECKING, Any
+
+from scopedgpu._errors import DestroyedError
+
+if TYPE_CHECKING:
+    from scopedgpu.manager import Manager
+    from scopedgpu.ops import Op
+    from scopedgpu.sequence import Sequence
+
+__all__ = ["eval", "wait", "run", "SLICE"]
+
+SLICE = 0.005   # seconds the waiter thread blocks on one fence before polling the others
+
+
+class _Entry:
+    __slots__ = ("seq", "loop", "fut")
+
+    def __init__(self, seq: Sequence, loop: asyncio.AbstractEventLoop, fut: asyncio.Future):
+        self.seq = seq
+        self.loop = loop
+        self.fut = fut
+
+
+def _settle(fut: asyncio.Future, exc: BaseException | None) -> None:
+    """Runs on the future's loop."""
+    if fut.done():          # cancelled meanwhile
+        return
+    if exc is None:
+        fut.set_result(True)
+    else:
+        fut.set_exception(exc)
+
+
+class _Waiter:
+    """The process's one waiter thread (started on first use, a daemon: it holds no
+    resource, and a sequence it waits on is completed by its manager's close)."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.pending: list[_Entry] = []
+        self.thread: threading.Thread | None = None
+
+    def add(self, entry: _Entry) -> None:
+        with self.cond:
+            self.pending.append(entry)
+            if self.thread is None or not self.thread.is_alive():
+                self.thread = threading.Thread(target=self._loop, name="scopedgpu-aio-waiter",
+                                               daemon=True)
+                self.thread.start()
+            self.cond.notify()
+
+    def _resolve(self, entry: _Entry, exc: BaseException | None) -> None:
+        with self.cond:
+            try:
+                self.pending.remove(entry)
+            except ValueError:
+                return
+        try:
+            entry.loop.call_soon_threadsafe(_settle, entry.fut, exc)
+        except RuntimeError:
+            pass             # the loop was closed: nobody is waiting any more
+
+    def _done(self, entry: _Entry) -> bool:
+        """Polls one entry without blocking; True when it was resolved."""
+        if entry.fut.done():          # cancelled: stop watching (the GPU work runs on)
+            self._resolve(entry, None)
+            return True
+        try:
+            running = entry.seq.is_running
+        except BaseException as exc:  # a failed fence poll (DeviceError)
+            self._resolve(entry, exc)
+            return True
+        if not running:
+            self._resolve(entry, None)
+            return True
+        return False
+
+    def _loop(self) -> None:
+        while True:
+            with self.cond:
+                while not self.pending:
+                    self.cond.wait()
+                batch = list(self.pending)
+            left = [e for e in batch if not self._done(e)]
+            if not left:
+                continue
+            oldest = left[0]
+            try:
+                done = oldest.seq.eval_await(SLICE)   # GIL and manager lock released
+            except DestroyedError as exc:
+                # Destroyed (or its manager closed) meanwhile: both complete its work first.
+                if oldest.seq.is_running:
+                    self._resolve(oldest, exc)
+                    continue
+                done = True
+            except BaseException as exc:
+                self._resolve(oldest, exc)
+                continue
+            if done:
+                self._resolve(oldest, None)
+
+
+_waiter = _Waiter()
+
+
+def _reset_after_fork() -> None:
+    global _waiter
+    _waiter = _Waiter()   # the thread did not survive the fork; its entries are the parent's
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_after_fork)
+
+
+async def wait(seq: Sequence, timeout: float | None = None) -> bool:
+    """Awaits the last submission of `seq` (made with `eval_async`), at most `timeout`
+    seconds (None: no limit), without blocking the event loop. True when it completed
+    (the host copies of its OpTensorSyncLocal ops are then done), False on timeout (the
+    sequence still runs). A wait the driver fails raises DeviceError."""
+    seq._check()
+    if timeout is not None and not timeout >= 0:
+        raise ValueError(f"timeout must be None or >= 0 seconds, not {timeout!r}")
+    if not seq.is_running:
+        return True
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[Any] = loop.create_future()
+    _waiter.add(_Entry(seq, loop, fut))
+    if timeout is None:
+        await fut
+        return True
+    try:
+        await asyncio.wait_for(fut, timeout)
+    except asyncio.TimeoutError:
+        return False      # wait_for cancelled the future: the waiter drops it
+    return True
+
+
+async def eval(seq: Sequence, op: Op | None = None) -> Sequence:
+    """`seq.eval(op)` as a coroutine: submits the recorded operations (with an op: clears
+    the sequence and records it first, as kp does), then awaits their completion without
+    blocking the event loop. A submission still running is awaited before resubmitting."""
+    if seq.is_running:
+        await wait(seq)
+    seq.eval_async(op)
+    await wait(seq)
+    return seq
+
+
+async def run(manager: Manager, *ops: Op) -> None:
+    """`manager.run(*ops)` as a coroutine: records the ops in an anonymous sequence,
+    evaluates it without blocking the event loop, and destroys it."""
+    with manager.sequence() as seq:
+        for op in ops:
+            seq.record(op)
+        await eval(seq)

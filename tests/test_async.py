@@ -1,0 +1,261 @@
+"""scopedgpu.aio: awaiting GPU work from asyncio, checked against numpy, leak-checked by the
+`mgr` fixture, and shown not to block the event loop."""
+from __future__ import annotations
+
+import asyncio
+import time
+
+import numpy as np
+import pytest
+
+import scopedgpu as sg
+from scopedgpu import aio
+from tests.conftest import leak_counts
+
+SCALE = """
+#version 450
+layout(local_size_x = 64) in;
+layout(push_constant) uniform P { float a; float b; } p;
+layout(set = 0, binding = 0) readonly buffer X { float x[]; };
+layout(set = 0, binding = 1) writeonly buffer Y { float y[]; };
+void main() {
+    uint i = gl_GlobalInvocationID.x;
+    if (i < uint(y.length())) y[i] = p.a * x[i] + p.b;
+}
+"""
+
+# A dispatch as long as we like: `iters` steps of a 32-bit LCG per element (integer
+# arithmetic, so the compiler cannot shorten the loop, and numpy can check it by jumping
+# ahead).
+LCG = """
+#version 450
+layout(local_size_x = 64) in;
+layout(push_constant) uniform P { uint iters; } p;
+layout(set = 0, binding = 0) buffer V { uint v[]; };
+void main() {
+    uint i = gl_GlobalInvocationID.x;
+    if (i >= uint(v.length())) return;
+    uint s = v[i];
+    for (uint k = 0u; k < p.iters; ++k) s = s * 1664525u + 1013904223u;
+    v[i] = s;
+}
+"""
+
+
+def lcg_reference(v: np.ndarray, iters: int) -> np.ndarray:
+    a, c = 1, 0                      # the affine map s -> a*s + c, composed iters times
+    ma, mc = 1664525, 1013904223
+    n = iters
+    while n:
+        if n & 1:
+            a, c = (ma * a) % 2**32, (ma * c + mc) % 2**32
+        ma, mc = (ma * ma) % 2**32, (ma * mc + mc) % 2**32
+        n >>= 1
+    return ((v.astype(np.uint64) * a + c) % 2**32).astype(np.uint32)
+
+
+def test_lcg_reference_matches_stepping():
+    v = np.arange(5, dtype=np.uint32) * 977
+    s = v.astype(np.uint64)
+    for k in range(1, 3001):
+        s = (s * 1664525 + 1013904223) % 2**32
+        if k in (1, 37, 3000):
+            assert np.array_equal(lcg_reference(v, k), s.astype(np.uint32))
+
+
+def test_hundred_concurrent_coroutines_no_leak(mgr, glsl):
+    spirv = glsl(SCALE)
+    rng = np.random.default_rng(3)
+    inputs = [rng.standard_normal(int(rng.integers(1, 5000))).astype(np.float32)
+              for _ in range(100)]
+    inside = peak = 0
+
+    async def request(i: int, x: np.ndarray) -> np.ndarray:
+        nonlocal inside, peak
+        with mgr.tensor(x) as tx, mgr.empty(x.size) as ty:
+            with mgr.algorithm([tx, ty], spirv, push_consts=[float(i), 0.5]) as algo:
+                with mgr.sequence() as seq:
+                    seq.record(sg.OpTensorSyncDevice([tx])).record(sg.OpAlgoDispatch(algo))
+                    seq.record(sg.OpTensorSyncLocal([ty]))
+                    inside += 1
+                    peak = max(peak, inside)
+                    await aio.eval(seq)
+                    inside -= 1
+                    return ty.numpy()
+
+    async def main() -> list[np.ndarray]:
+        return await asyncio.gather(*(request(i, x) for i, x in enumerate(inputs)))
+
+    baseline = leak_counts(mgr)
+    out = asyncio.run(main())
+    for i, (x, y) in enumerate(zip(inputs, out)):
+        np.testing.assert_allclose(y, np.float32(i) * x + np.float32(0.5), rtol=1e-6, atol=1e-6)
+    assert peak > 1                  # the awaits overlapped: all 100 were submitted at once
+    assert leak_counts(mgr) == baseline
+
+
+def _timed_run(mgr, algo, iters):
+    t0 = time.perf_counter()
+    mgr.run(sg.OpAlgoDispatch(algo, push_consts=np.array([iters], dtype=np.uint32)))
+    return time.perf_counter() - t0
+
+
+# lavapipe runs at most 65,535 iterations of a shader's loops per invocation (llvmpipe's
+# loop limiter; the rest are skipped silently): a long dispatch grows in elements instead.
+MAX_STEPS = 60_000
+
+
+def _long_lcg(mgr, glsl, seconds):
+    """(v0, tensor, algorithm, steps) of an LCG dispatch lasting about `seconds` here."""
+    spirv = glsl(LCG)
+    limit = min(int(mgr.device.max_storage_buffer_range), (mgr.device.memory_bytes or 1 << 30) // 8)
+    n = 64 * 16
+    while True:
+        v0 = np.arange(n, dtype=np.uint32) * 2654435761
+        t = mgr.tensor(v0)
+        algo = mgr.algorithm([t], spirv, push_consts=np.array([1], dtype=np.uint32))
+        took = min(_timed_run(mgr, algo, MAX_STEPS) for _ in range(2))   # a stall only adds
+        if took >= seconds / 4 or n * 16 > limit:
+            return v0, t, algo, max(1, min(MAX_STEPS, int(MAX_STEPS * seconds / took)))
+        algo.destroy()
+        t.destroy()
+        n *= 4
+
+
+def test_loop_keeps_running_during_a_long_dispatch(mgr, glsl):
+    async def measure(blocking: bool) -> tuple[int, float, np.ndarray]:
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.005)
+                ticks += 1
+
+        t.data()[:] = v0
+        with mgr.sequence() as seq:
+            seq.record(sg.OpTensorSyncDevice([t]))
+            seq.record(sg.OpAlgoDispatch(algo, push_consts=np.array([iters], dtype=np.uint32)))
+            seq.record(sg.OpTensorSyncLocal([t]))
+            task = asyncio.create_task(ticker())
+            await asyncio.sleep(0.02)        # the ticker is running
+            start_ticks, t0 = ticks, time.perf_counter()
+            if blocking:
+                seq.eval()                   # what an asyncio service must not do
+            else:
+                await aio.eval(seq)
+            elapsed = time.perf_counter() - t0
+            counted = ticks - start_ticks
+            task.cancel()
+        return counted, elapsed, t.numpy()
+
+    for attempt in range(3):    # the calibration may have run under a passing load
+        v0, t, algo, iters = _long_lcg(mgr, glsl, 0.4 * 4**attempt)
+        ticks, elapsed, got = asyncio.run(measure(blocking=False))
+        assert np.array_equal(got, lcg_reference(v0, iters))
+        if elapsed > 0.1:
+            break
+        algo.destroy()
+        t.destroy()
+    assert elapsed > 0.1, f"the dispatch took only {elapsed:.3f} s: not a long dispatch"
+    # A 5 ms ticker over a wait of 0.1 s or more. On lavapipe the "GPU" is the CPU, which
+    # a loaded machine shares with this loop: ask for a few ticks, not all of them; a
+    # blocked loop gets at most one (below).
+    assert ticks >= 5, (ticks, elapsed)
+    # The same measure catches a blocked loop: a blocking eval (long enough for 6 ticks)
+    # lets at most one tick in.
+    try:
+        ticks_blocked, elapsed_blocked, got = asyncio.run(measure(blocking=True))
+        assert np.array_equal(got, lcg_reference(v0, iters))
+        assert elapsed_blocked > 0.03 and ticks_blocked <= 1, (ticks_blocked, elapsed_blocked)
+    finally:
+        algo.destroy()
+        t.destroy()
+
+
+def test_wait_with_timeout_then_to_completion(mgr, glsl):
+    v0, t, algo, iters = _long_lcg(mgr, glsl, 0.4)
+
+    async def main() -> tuple[bool, bool, bool]:
+        with mgr.sequence() as seq:
+            seq.record(sg.OpTensorSyncDevice([t]))
+            seq.record(sg.OpAlgoDispatch(algo, push_consts=np.array([iters], dtype=np.uint32)))
+            seq.record(sg.OpTensorSyncLocal([t]))
+            seq.eval_async()
+            early = await aio.wait(seq, timeout=0.01)
+            still = seq.is_running
+            late = await aio.wait(seq)
+            return early, still, late and not seq.is_running
+
+    t.data()[:] = v0
+    early, still, late = asyncio.run(main())
+    assert (early, still, late) == (False, True, True)
+    assert np.array_equal(t.numpy(), lcg_reference(v0, iters))
+    with pytest.raises(ValueError):
+        asyncio.run(aio.wait(mgr.sequence(), timeout=-1))
+    algo.destroy()
+    t.destroy()
+
+
+def test_cancelled_await_leaves_the_work_to_finish(mgr, glsl):
+    v0, t, algo, iters = _long_lcg(mgr, glsl, 0.3)
+
+    async def main() -> bool:
+        with mgr.sequence() as seq:
+            seq.record(sg.OpTensorSyncDevice([t]))
+            seq.record(sg.OpAlgoDispatch(algo, push_consts=np.array([iters], dtype=np.uint32)))
+            seq.record(sg.OpTensorSyncLocal([t]))
+            task = asyncio.create_task(aio.eval(seq))
+            await asyncio.sleep(0.02)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            running = seq.is_running
+        # the `with` exit waited for the work; the waiter still serves later awaits
+        await aio.run(mgr, sg.OpTensorSyncLocal([t]))
+        return running
+
+    t.data()[:] = v0
+    assert asyncio.run(main()) is True
+    assert np.array_equal(t.numpy(), lcg_reference(v0, iters))
+    algo.destroy()
+    t.destroy()
+
+
+def test_two_managers_two_loops(glsl):
+    """The shared waiter serves sequences of several managers awaited from several loops
+    (one per thread) at once."""
+    import threading
+    spirv = glsl(SCALE)
+    results: dict[int, np.ndarray] = {}
+    errors: list[BaseException] = []
+
+    def worker(k: int) -> None:
+        try:
+            with sg.Manager() as m:
+                x = np.arange(1000, dtype=np.float32) + k
+
+                async def main() -> np.ndarray:
+                    outs = []
+                    for rep in range(20):
+                        with m.tensor(x) as tx, m.empty(x.size) as ty, \
+                                m.algorithm([tx, ty], spirv, push_consts=[2.0, float(rep)]) as al:
+                            await aio.run(m, sg.OpTensorSyncDevice([tx]), sg.OpAlgoDispatch(al),
+                                          sg.OpTensorSyncLocal([ty]))
+                            outs.append(ty.numpy())
+                    return np.stack(outs)
+                results[k] = asyncio.run(main())
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(2)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(60)
+    assert not errors, errors
+    for k in range(2):
+        x = np.arange(1000, dtype=np.float32) + k
+        want = np.stack([2 * x + rep for rep in range(20)])
+        np.testing.assert_array_equal(results[k], want)
+    assert sg.live_vulkan_objects()["devices"] == 0
