@@ -397,6 +397,11 @@ int sg_device_create(sg_instance *inst, uint32_t index, uint32_t nqueues, sg_dev
         .storageBuffer8BitAccess = have12.storageBuffer8BitAccess,
         .uniformAndStorageBuffer8BitAccess = have12.uniformAndStorageBuffer8BitAccess,
         .vulkanMemoryModel = have12.vulkanMemoryModel,
+        /* "If vulkanMemoryModel is enabled and vulkanMemoryModelDeviceScope is not
+         * enabled, Device memory scope must not be used" (VUID-06265): glslang gives
+         * every atomic on a storage buffer Device scope. */
+        .vulkanMemoryModelDeviceScope = have12.vulkanMemoryModel &&
+                                        have12.vulkanMemoryModelDeviceScope,
         .bufferDeviceAddress = VK_FALSE};
     VkPhysicalDeviceVulkan11Features en11 = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES,

@@ -223,3 +223,24 @@ def test_devices_and_info(mgr):
     assert d.memory_bytes > 0 and d.max_workgroup_invocations > 0
     assert len(d.max_workgroup_size) == 3 and len(d.max_workgroup_count) == 3
     assert isinstance(d.api_version, str) and d.api_version.count(".") == 2
+
+
+def test_atomic_add_histogram(mgr, glsl):
+    """atomicAdd on a storage buffer (Device scope): passes the validation layer and counts
+    right (VUID-RuntimeSpirv-vulkanMemoryModel-06265 when the device scope of the memory
+    model is not enabled alongside the model)."""
+    src = """
+    #version 450
+    layout(local_size_x = 64) in;
+    layout(binding = 0) readonly buffer V { uint v[]; };
+    layout(binding = 1) buffer H { uint h[]; };
+    void main() {
+        uint i = gl_GlobalInvocationID.x;
+        if (i < v.length()) atomicAdd(h[v[i] % 16u], 1u);
+    }"""
+    vals = np.random.default_rng(3).integers(0, 1000, 5000).astype(np.uint32)
+    v = mgr.tensor(vals)
+    h = mgr.tensor(np.zeros(16, dtype=np.uint32))
+    algo = mgr.algorithm([v, h], glsl(src))
+    mgr.run(sg.OpTensorSyncDevice([v, h]), sg.OpAlgoDispatch(algo), sg.OpTensorSyncLocal([h]))
+    np.testing.assert_array_equal(h.data(), np.bincount(vals % 16, minlength=16))
