@@ -122,7 +122,7 @@ def _load() -> Validator:
             version = ffi.string(lib.spvSoftwareVersionString()).decode(errors="replace")
             lib.spvContextCreate, lib.spvValidateBinary, lib.spvDiagnosticDestroy  # noqa: B018
         except (OSError, AttributeError) as exc:
-            errors.append(f"{path}: {exc}")
+            errors.append(str(exc).split(".  Additionally")[0])   # cffi's second guess
             continue
         where = path if os.sep in path else f"{path} (system)"
         return Validator(lib, ffi, where, version)

@@ -1,6 +1,6 @@
 """Runs SPIR-V cases in a worker process (worker.py) where a crash or a hang is observed,
 not suffered: the worker is restarted after either, and the input is saved to a file
-for reproduction (`python -m tests.fuzz.worker --replay FILE`)."""
+for reproduction (`python tests/fuzz/worker.py --replay FILE`)."""
 from __future__ import annotations
 
 import hashlib
@@ -30,6 +30,11 @@ class Worker:
 
     def __init__(self, **env: str) -> None:
         self.env = source_env(**env)
+        # Another scopedgpu to run the cases against (e.g. an older checkout, to see what
+        # these checks fix): its directory goes first on the worker's path.
+        other = os.environ.get("SCOPEDGPU_FUZZ_PYTHONPATH")
+        if other:
+            self.env["PYTHONPATH"] = os.pathsep.join([other, self.env["PYTHONPATH"]])
         self.proc: subprocess.Popen | None = None
         self.buf = b""
         self.stats: Counter[str] = Counter()
@@ -38,7 +43,7 @@ class Worker:
 
     def _start(self) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.fuzz.worker"], cwd=ROOT, env=self.env,
+            [sys.executable, os.path.join(ROOT, "tests", "fuzz", "worker.py")], cwd=ROOT, env=self.env,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         self.buf = b""
         line = self._line(STAGE_TIMEOUT * 2)
