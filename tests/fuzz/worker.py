@@ -8,7 +8,7 @@ length of 0xFFFFFFFF ends the worker); the worker answers with lines: "S <stage>
 stage that may crash or hang, then "R <json>" with the outcome.
 
 Replay a saved case in this process (a crash is then the interpreter's):
-    python tests/fuzz/worker.py --replay build/fuzz-crashes/crash-....spv
+    PYTHONPATH=. python tests/fuzz/worker.py --replay build/fuzz-crashes/crash-....spv
 """
 from __future__ import annotations
 
