@@ -27,6 +27,7 @@ import sys
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from scopedgpu._errors import ShaderError
@@ -242,9 +243,78 @@ def check_structure(spirv: bytes) -> None:
                           f"%{missing[0]}, which the module does not define")
 
 
+# -- capabilities the device provides ------------------------------------------------------
+# The validator knows the Vulkan version, not the device: a module may declare a
+# capability (Tessellation, Int64Atomics, ...) whose feature scopedgpu never enables, and
+# the Vulkan spec then leaves the driver's behaviour undefined (VUID-VkShaderModuleCreate
+# Info-pCode-01091). Only these are accepted; the value says what they need.
+_CAPS: dict[int, tuple[str, str | None]] = {
+    0: ("Matrix", None), 1: ("Shader", None), 40: ("InputAttachment", None),
+    43: ("Sampled1D", None), 44: ("Image1D", None), 46: ("SampledBuffer", None),
+    47: ("ImageBuffer", None), 49: ("StorageImageExtendedFormats", None),
+    50: ("ImageQuery", None), 51: ("DerivativeControl", None),
+    9: ("Float16", "float16"), 10: ("Float64", "float64"), 11: ("Int64", "int64"),
+    22: ("Int16", "int16"), 39: ("Int8", "int8"),
+    4433: ("StorageBuffer16BitAccess", "storage16"),
+    4434: ("UniformAndStorageBuffer16BitAccess", "storage16"),
+    4448: ("StorageBuffer8BitAccess", "int8"),
+    4449: ("UniformAndStorageBuffer8BitAccess", "int8"),
+    61: ("GroupNonUniform", "vulkan1.1"), 62: ("GroupNonUniformVote", "vulkan1.1"),
+    63: ("GroupNonUniformArithmetic", "vulkan1.1"), 64: ("GroupNonUniformBallot", "vulkan1.1"),
+    65: ("GroupNonUniformShuffle", "vulkan1.1"),
+    66: ("GroupNonUniformShuffleRelative", "vulkan1.1"),
+    67: ("GroupNonUniformClustered", "vulkan1.1"), 68: ("GroupNonUniformQuad", "vulkan1.1"),
+    4437: ("DeviceGroup", "vulkan1.1"),
+    5345: ("VulkanMemoryModel", "vulkan1.2"), 4464: ("DenormPreserve", "vulkan1.2"),
+    4465: ("DenormFlushToZero", "vulkan1.2"), 4466: ("SignedZeroInfNanPreserve", "vulkan1.2"),
+    4467: ("RoundingModeRTE", "vulkan1.2"), 4468: ("RoundingModeRTZ", "vulkan1.2"),
+    # refused, named for the message (any capability not listed is refused too)
+    2: ("Geometry", "never"), 3: ("Tessellation", "never"), 12: ("Int64Atomics", "never"),
+    55: ("StorageImageReadWithoutFormat", "never"),
+    56: ("StorageImageWriteWithoutFormat", "never"),
+    4435: ("StoragePushConstant16", "never"), 4450: ("StoragePushConstant8", "never"),
+    4441: ("VariablePointersStorageBuffer", "never"), 4442: ("VariablePointers", "never"),
+    5346: ("VulkanMemoryModelDeviceScope", "never"),
+    5347: ("PhysicalStorageBufferAddresses", "never"),
+}
+_OP_CAPABILITY = 17
+
+
+@lru_cache(maxsize=None)
+def device_features(info: Any) -> frozenset[str]:
+    """What `_CAPS` may require, from a DeviceInfo."""
+    api = tuple(int(x) for x in info.api_version.split(".")[:2])
+    have = {name for name in ("float16", "float64", "int64", "int16", "int8")
+            if getattr(info, name, False)}
+    if info.float16 or info.int16:
+        have.add("storage16")
+    have.update(f"vulkan1.{m}" for m in range(1, 10) if api >= (1, m))
+    return frozenset(have)
+
+
+def check_capabilities(spirv: bytes, features: frozenset[str]) -> None:
+    """ShaderError for a capability this device, as scopedgpu opens it, does not provide."""
+    w = words_of(spirv)
+    i, n = 5, len(w)
+    while i < n:
+        wc, op = w[i] >> 16, w[i] & 0xFFFF
+        if op == _OP_CAPABILITY and wc == 2:
+            cap = w[i + 1]
+            name, need = _CAPS.get(cap, (f"number {cap}", "never"))
+            if need is not None and need not in features:
+                why = ("scopedgpu enables no device feature for it" if need == "never" else
+                       f"it needs {need}, which this device does not provide")
+                raise ShaderError(f"the shader declares SPIR-V capability {name}; {why} "
+                                  "(scopedgpu runs compute shaders over storage buffers)")
+        elif op not in (_OP_CAPABILITY, 10, 11):   # capabilities come first
+            break
+        i += max(wc, 1)
+
+
 # -- the verdict cache --------------------------------------------------------------------
 VERDICTS_KEPT = 4096
-_verdicts: OrderedDict[tuple[bytes, tuple[int, int]], str | None] = OrderedDict()
+_verdicts: OrderedDict[tuple[bytes, tuple[int, int], frozenset[str]], str | None] = \
+    OrderedDict()
 
 
 def _validate(v: Validator, data: bytes, api: tuple[int, int]) -> str | None:
@@ -277,15 +347,18 @@ def _validate(v: Validator, data: bytes, api: tuple[int, int]) -> str | None:
         lib.spvContextDestroy(ctx)
 
 
-def check_module(spirv: bytes, api: tuple[int, int]) -> None:
-    """ShaderError unless the module passes the validator (when installed) for a device of
-    Vulkan version `api` (major, minor) and the structural checks. Cached by content."""
+def check_module(spirv: bytes, device: Any) -> None:
+    """ShaderError unless the module passes the validator (when installed) for `device`
+    (a DeviceInfo: its Vulkan version and features), the structural checks and the
+    capability check. Cached by content and device."""
     data = bytes(spirv)
-    key = (hashlib.sha256(data).digest(), api)
+    api = tuple(int(x) for x in device.api_version.split(".")[:2])
+    features = device_features(device)
+    key = (hashlib.sha256(data).digest(), (api[0], api[1]), features)
     try:
         verdict = _verdicts[key]
     except KeyError:
-        verdict = _judge(data, api)
+        verdict = _judge(data, (api[0], api[1]), features)
         with _lock:
             _verdicts[key] = verdict
             while len(_verdicts) > VERDICTS_KEPT:
@@ -294,7 +367,7 @@ def check_module(spirv: bytes, api: tuple[int, int]) -> None:
         raise ShaderError(verdict)
 
 
-def _judge(data: bytes, api: tuple[int, int]) -> str | None:
+def _judge(data: bytes, api: tuple[int, int], features: frozenset[str]) -> str | None:
     try:
         words_of(data)   # length and magic, before the validator reads words
         v = validator()
@@ -303,6 +376,7 @@ def _judge(data: bytes, api: tuple[int, int]) -> str | None:
             if msg is not None:
                 return f"malformed SPIR-V ({len(data)} bytes): {msg}"
         check_structure(data)
+        check_capabilities(data, features)
     except ShaderError as exc:
         return str(exc)
     return None

@@ -212,9 +212,9 @@ class _State:
         key = bytes(spirv)
         info = self.reflections.get(key)
         if info is None:
-            api = tuple(int(x) for x in self.info.api_version.split(".")[:2])
-            check_module(key, (api[0], api[1]))   # validator + structure, before any driver
+            check_module(key, self.info)   # validator, structure, capabilities: before the driver
             info = reflect(key)
+            api = tuple(int(x) for x in self.info.api_version.split(".")[:2])
             maxv = (1, 6) if api >= (1, 3) else ((1, 5) if api >= (1, 2) else (1, 3))
             if info.version > maxv:
                 raise ShaderError(f"SPIR-V {info.version[0]}.{info.version[1]} is newer than "
@@ -241,8 +241,12 @@ class _State:
                                   f"SPIR-V): {ffi.string(lib.sg_last_call()).decode()} failed")
             check(rc, "creating a compute pipeline")
             prog = _Program(out[0], key)
+            try:
+                self.check_validation("creating a compute pipeline")
+            except BaseException:   # not cached, not leaked: nothing refers to it
+                lib.sg_program_destroy(prog.handle)
+                raise
             self.programs[key] = prog
-            self.check_validation("creating a compute pipeline")
         self.unused_programs.pop(key, None)
         prog.refs += 1
         return prog

@@ -316,3 +316,17 @@ def test_truncated_cache_entry_is_compiled_again(tmp_path, cut):
     assert second["out"] == expected
     assert len(second["warnings"]) == 1 and str(entries[0]) in second["warnings"][0]
     assert child() == {"warnings": [], "out": expected}     # the entry was replaced
+
+
+def test_capability_the_device_lacks_is_refused(worker):
+    """The validator knows the Vulkan version, not the device's features: a module that
+    declares Tessellation (which scopedgpu never enables) validates, and went to the
+    driver (the validation layer: VUID-VkShaderModuleCreateInfo-pCode-01091)."""
+    from scopedgpu._spirv import words_of
+    spirv = sg.compile_glsl(shaders.ADD_ONE)
+    w = list(words_of(spirv))
+    at = w.index((2 << 16) | 17)            # the first OpCapability
+    w[at:at] = [(2 << 16) | 17, 3]          # OpCapability Tessellation
+    res = worker.run(np.array(w, dtype="<u4").tobytes())
+    assert res["outcome"] == "rejected_capability", res
+    assert "capability Tessellation" in res["message"]

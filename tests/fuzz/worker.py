@@ -48,22 +48,25 @@ def leak_counts(mgr: sg.Manager, collect: bool = True) -> dict[str, int]:
     return counts
 
 
-def classify(exc: sg.ShaderError, spirv: bytes, api: tuple[int, int]) -> str:
-    """Which check refused the module: the validator, the structural checks (both in
-    scopedgpu._spirv_val, whose verdict is cached) or a later one (reflection, limits)."""
+def classify(spirv: bytes, device: sg.DeviceInfo) -> str:
+    """Which check refused the module: the validator, the structural or the capability
+    checks (all in scopedgpu._spirv_val, whose verdict is cached) or a later one
+    (reflection, limits)."""
+    api = tuple(int(x) for x in device.api_version.split(".")[:2])
     if _spirv_val is None:    # scopedgpu before its SPIR-V checks (to show what they fix)
         return "rejected_other"
-    key = (hashlib.sha256(spirv).digest(), api)
+    key = (hashlib.sha256(spirv).digest(), api, _spirv_val.device_features(device))
     verdict = _spirv_val._verdicts.get(key)
     if verdict is None:
         return "rejected_other"
-    return "rejected_validator" if "SPIR-V validator" in verdict else "rejected_structure"
+    if "SPIR-V validator" in verdict:
+        return "rejected_validator"
+    return "rejected_capability" if "SPIR-V capability" in verdict else "rejected_structure"
 
 
 def run_case(mgr: sg.Manager, spirv: bytes, stage: Any) -> dict[str, Any]:
     """Creates an algorithm from `spirv` over tensors that fit its declared bindings and
     dispatches it once; returns the outcome. Every object is destroyed before return."""
-    api = tuple(int(x) for x in mgr.device.api_version.split(".")[:2])
     try:
         info = reflect(spirv)
     except sg.ShaderError:
@@ -89,8 +92,11 @@ def run_case(mgr: sg.Manager, spirv: bytes, stage: Any) -> dict[str, Any]:
                 warnings.simplefilter("ignore", sg.DtypeWarning)
                 algo = mgr.algorithm(tensors, spirv, workgroup=(1, 1, 1), push_consts=push)
         except sg.ShaderError as exc:
-            return {"outcome": classify(exc, spirv, (api[0], api[1])),
-                    "message": str(exc)[:300]}
+            return {"outcome": classify(spirv, mgr.device), "message": str(exc)[:300]}
+        except sg.ValidationError as exc:
+            # debug mode: the validation layer refused what the checks let through (a
+            # typed error, counted apart: without the layer the driver gets the module)
+            return {"outcome": "rejected_layer", "message": str(exc)[:600]}
         except (ValueError, TypeError) as exc:
             # the module's declarations do not fit these tensors (sizes, counts): a
             # refusal before any Vulkan call, like a ShaderError
