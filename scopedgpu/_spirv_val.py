@@ -311,6 +311,36 @@ def check_capabilities(spirv: bytes, features: frozenset[str]) -> None:
         i += max(wc, 1)
 
 
+def check_interface(spirv: bytes) -> None:
+    """ShaderError for an Input or Output variable that is not a built-in: a compute
+    shader has no other interface, the validator lets one through, and lavapipe crashes
+    reading it (found by tests/fuzz: a module whose BuiltIn decoration was deleted)."""
+    w = words_of(spirv)
+    builtin: set[int] = set()
+    pointee: dict[int, int] = {}
+    io_vars: list[tuple[int, int]] = []    # (pointer type, variable id)
+    i, n = 5, len(w)
+    while i < n:
+        wc, op = w[i] >> 16, w[i] & 0xFFFF
+        if wc == 0:
+            break
+        if op == 71 and wc >= 3 and w[i + 2] == 11:          # OpDecorate BuiltIn
+            builtin.add(w[i + 1])
+        elif op == 72 and wc >= 4 and w[i + 3] == 11:        # OpMemberDecorate BuiltIn
+            builtin.add(w[i + 1])
+        elif op == 32 and wc >= 4:                           # OpTypePointer
+            pointee[w[i + 1]] = w[i + 3]
+        elif op == 59 and wc >= 4 and w[i + 3] in (1, 3):    # OpVariable Input/Output
+            io_vars.append((w[i + 1], w[i + 2]))
+        elif op == 54:                                       # OpFunction: globals done
+            break
+        i += wc
+    for ptype, var in io_vars:
+        if var not in builtin and pointee.get(ptype) not in builtin:
+            raise ShaderError(f"the shader declares an input or output variable %{var} that is "
+                              "not a built-in (a compute shader has no other interface)")
+
+
 # -- the verdict cache --------------------------------------------------------------------
 VERDICTS_KEPT = 4096
 _verdicts: OrderedDict[tuple[bytes, tuple[int, int], frozenset[str]], str | None] = \
@@ -376,6 +406,7 @@ def _judge(data: bytes, api: tuple[int, int], features: frozenset[str]) -> str |
             if msg is not None:
                 return f"malformed SPIR-V ({len(data)} bytes): {msg}"
         check_structure(data)
+        check_interface(data)
         check_capabilities(data, features)
     except ShaderError as exc:
         return str(exc)

@@ -330,3 +330,18 @@ def test_capability_the_device_lacks_is_refused(worker):
     res = worker.run(np.array(w, dtype="<u4").tobytes())
     assert res["outcome"] == "rejected_capability", res
     assert "capability Tessellation" in res["message"]
+
+
+def test_input_that_is_not_a_builtin_is_refused(worker):
+    """Found by tests/fuzz: with its BuiltIn decoration deleted, gl_GlobalInvocationID is a
+    plain Input variable; the validator accepts the module and lavapipe crashed running
+    it. A compute shader has no interface but built-ins, so it is refused."""
+    from scopedgpu._shaders import builtin_spirv
+    from scopedgpu._spirv import words_of
+    w = list(words_of(builtin_spirv("mult_i32")))
+    at = next(i for i in range(5, len(w) - 3)
+              if w[i] == (4 << 16) | 71 and w[i + 2] == 11)   # OpDecorate %x BuiltIn ...
+    del w[at:at + 4]
+    res = worker.run(np.array(w, dtype="<u4").tobytes())
+    assert res["outcome"] == "rejected_interface", res
+    assert "not a built-in" in res["message"]

@@ -22,8 +22,8 @@ STAGE_TIMEOUT = float(os.environ.get("SCOPEDGPU_FUZZ_TIMEOUT", "60"))
 CRASH_DIR = Path(os.environ.get("SCOPEDGPU_FUZZ_CRASH_DIR",
                                 os.path.join(ROOT, "build", "fuzz-crashes")))
 # Outcomes that pass: a refusal (ShaderError from one of the checks) or a working algorithm.
-PASS = {"rejected_validator", "rejected_structure", "rejected_capability", "rejected_other",
-        "rejected_layer", "dispatched"}
+PASS = {"rejected_validator", "rejected_structure", "rejected_capability",
+        "rejected_interface", "rejected_other", "rejected_layer", "dispatched"}
 
 
 class Worker:

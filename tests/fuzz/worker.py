@@ -61,7 +61,9 @@ def classify(spirv: bytes, device: sg.DeviceInfo) -> str:
         return "rejected_other"
     if "SPIR-V validator" in verdict:
         return "rejected_validator"
-    return "rejected_capability" if "SPIR-V capability" in verdict else "rejected_structure"
+    if "SPIR-V capability" in verdict:
+        return "rejected_capability"
+    return "rejected_interface" if "not a built-in" in verdict else "rejected_structure"
 
 
 def run_case(mgr: sg.Manager, spirv: bytes, stage: Any) -> dict[str, Any]:
