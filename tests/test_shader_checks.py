@@ -345,3 +345,24 @@ def test_input_that_is_not_a_builtin_is_refused(worker):
     res = worker.run(np.array(w, dtype="<u4").tobytes())
     assert res["outcome"] == "rejected_interface", res
     assert "not a built-in" in res["message"]
+
+
+def test_info_reports_the_spirv_validator():
+    import subprocess
+    import sys
+
+    from tests.conftest import source_env
+
+    def info(**env: str) -> str:
+        res = subprocess.run([sys.executable, "-m", "scopedgpu", "info"], capture_output=True,
+                             text=True, timeout=300, env=source_env(**env))
+        assert res.returncode == 0, res.stderr
+        return next(ln for ln in res.stdout.splitlines() if "SPIR-V validator" in ln) + \
+            res.stdout.split("SPIR-V validator", 1)[1]
+
+    found = info()
+    assert found.startswith("  SPIR-V validator  ok") and "SPIRV-Tools v" in found
+    missing = info(SCOPEDGPU_SPIRV_TOOLS_LIBRARY="/nonexistent/libSPIRV-Tools-shared.so")
+    assert missing.startswith("  SPIR-V validator  missing"), missing
+    assert "structural checks only" in missing
+    assert "pip install 'scopedgpu[validate]'" in missing
