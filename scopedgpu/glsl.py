@@ -26,6 +26,73 @@ def cache_dir() -> Path:
     return Path(base) / "scopedgpu"
 
 
+def _compiler() -> tuple[str, str] | None:
+    for name in ("glslc", "glslangValidator"):
+        path = shutil.which(name)
+        if path:
+            return name, path
+    return None
+
+
+# glslc: "shader.comp:5: error: ..."; glslangValidator: "ERROR: shader.comp:5: ..."
+_LINE = re.compile(r"shader\.comp:(\d+):")
+
+
+def _compile_error(compiler: str, output: str, source: str) -> ShaderError:
+    """ShaderError with the compiler's output, followed by the source lines it names.
+    Attributes: `line` (first line number reported, or None) and `log` (the output)."""
+    lines = source.splitlines()
+    numbers: list[int] = []
+    for m in _LINE.finditer(output):
+        n = int(m.group(1))
+        if n not in numbers and 1 <= n <= len(lines):
+            numbers.append(n)
+    quoted = "".join(f"\n  {n:4d} | {lines[n - 1]}" for n in numbers[:5])
+    exc = ShaderError(f"GLSL compilation failed ({compiler}):\n{output}{quoted}")
+    exc.line = numbers[0] if numbers else None  # type: ignore[attr-defined]
+    exc.log = output  # type: ignore[attr-defined]
+    return exc
+
+
+def compile_glsl(source: str, *, defines: Mapping[str, object] | None = None) -> bytes:
+    """Compiles a GLSL compute shader to SPIR-V bytes (target Vulkan 1.1).
+
+    Results are cached on disk by a hash of the source and defines, so a machine without a
+    compiler can still use shaders compiled before. Compiler errors raise ShaderError with
+    the compiler's message, the line number (`exc.line`) and the offending source lines."""
+    if not isinstance(source, str):
+        raise TypeError(f"source must be GLSL text (str), not {type(source).__name__}")
+    defs = sorted((str(k), "" if v is None else str(v)) for k, v in (defines or {}).items())
+    key = hashlib.sha256(repr((source, defs, "vulkan1.1")).encode()).hexdigest()
+    cached = cache_dir() / "spirv" / f"{key}{_ENTRY_SUFFIX}"
+    hit = _read_entry(cached)
+    if hit is not None:
+        return hit
+    comp = _compiler()
+    if comp is None:
+        raise ShaderError("no GLSL compiler found: install glslc (Debian/Ubuntu: apt-get "
+                          "install glslc) or glslangValidator (apt-get install glslang-tools), "
+                          "or pass SPIR-V bytes")
+    name, path = comp
+    with tempfile.TemporaryDirectory(prefix="scopedgpu-") as tmp:
+        src = Path(tmp) / "shader.comp"
+        out = Path(tmp) / "shader.spv"
+        src.write_text(source)
+        if name == "glslc":
+            cmd = [path, "--target-env=vulkan1.1", "-O"] + [
+                f"-D{k}={v}" if v else f"-D{k}" for k, v in defs] + [str(src), "-o", str(out)]
+        else:
+            cmd = [path, "-V", "--target-env", "vulkan1.1"] + [
+                f"-D{k}={v}" if v else f"-D{k}" for k, v in defs] + [str(src), "-o", str(out)]
+        res = subprocess.run(cmd, capture_output=True, text=True)
+        if res.returncode != 0:
+            msg = (res.stderr + res.stdout).replace(str(src), "shader.comp").strip()
+            raise _compile_error(name, msg, source)
+        spirv = out.read_bytes()
+    _write_entry(cached, spirv)
+    return spirv
+
+
 # A cache entry is a header (magic, SPIR-V length, sha256 of the SPIR-V) and the SPIR-V,
 # written to a temporary file in the same directory and renamed over the entry, so that a
 # reader sees a whole old entry or a whole new one; a full disk or a killed writer leaves
@@ -93,70 +160,3 @@ def _write_entry(path: Path, spirv: bytes) -> None:
             raise
     except OSError:
         pass  # a read-only or full cache only costs a recompile
-
-
-def _compiler() -> tuple[str, str] | None:
-    for name in ("glslc", "glslangValidator"):
-        path = shutil.which(name)
-        if path:
-            return name, path
-    return None
-
-
-# glslc: "shader.comp:5: error: ..."; glslangValidator: "ERROR: shader.comp:5: ..."
-_LINE = re.compile(r"shader\.comp:(\d+):")
-
-
-def _compile_error(compiler: str, output: str, source: str) -> ShaderError:
-    """ShaderError with the compiler's output, followed by the source lines it names.
-    Attributes: `line` (first line number reported, or None) and `log` (the output)."""
-    lines = source.splitlines()
-    numbers: list[int] = []
-    for m in _LINE.finditer(output):
-        n = int(m.group(1))
-        if n not in numbers and 1 <= n <= len(lines):
-            numbers.append(n)
-    quoted = "".join(f"\n  {n:4d} | {lines[n - 1]}" for n in numbers[:5])
-    exc = ShaderError(f"GLSL compilation failed ({compiler}):\n{output}{quoted}")
-    exc.line = numbers[0] if numbers else None  # type: ignore[attr-defined]
-    exc.log = output  # type: ignore[attr-defined]
-    return exc
-
-
-def compile_glsl(source: str, *, defines: Mapping[str, object] | None = None) -> bytes:
-    """Compiles a GLSL compute shader to SPIR-V bytes (target Vulkan 1.1).
-
-    Results are cached on disk by a hash of the source and defines, so a machine without a
-    compiler can still use shaders compiled before. Compiler errors raise ShaderError with
-    the compiler's message, the line number (`exc.line`) and the offending source lines."""
-    if not isinstance(source, str):
-        raise TypeError(f"source must be GLSL text (str), not {type(source).__name__}")
-    defs = sorted((str(k), "" if v is None else str(v)) for k, v in (defines or {}).items())
-    key = hashlib.sha256(repr((source, defs, "vulkan1.1")).encode()).hexdigest()
-    cached = cache_dir() / "spirv" / f"{key}{_ENTRY_SUFFIX}"
-    hit = _read_entry(cached)
-    if hit is not None:
-        return hit
-    comp = _compiler()
-    if comp is None:
-        raise ShaderError("no GLSL compiler found: install glslc (Debian/Ubuntu: apt-get "
-                          "install glslc) or glslangValidator (apt-get install glslang-tools), "
-                          "or pass SPIR-V bytes")
-    name, path = comp
-    with tempfile.TemporaryDirectory(prefix="scopedgpu-") as tmp:
-        src = Path(tmp) / "shader.comp"
-        out = Path(tmp) / "shader.spv"
-        src.write_text(source)
-        if name == "glslc":
-            cmd = [path, "--target-env=vulkan1.1", "-O"] + [
-                f"-D{k}={v}" if v else f"-D{k}" for k, v in defs] + [str(src), "-o", str(out)]
-        else:
-            cmd = [path, "-V", "--target-env", "vulkan1.1"] + [
-                f"-D{k}={v}" if v else f"-D{k}" for k, v in defs] + [str(src), "-o", str(out)]
-        res = subprocess.run(cmd, capture_output=True, text=True)
-        if res.returncode != 0:
-            msg = (res.stderr + res.stdout).replace(str(src), "shader.comp").strip()
-            raise _compile_error(name, msg, source)
-        spirv = out.read_bytes()
-    _write_entry(cached, spirv)
-    return spirv

@@ -366,3 +366,23 @@ def test_info_reports_the_spirv_validator():
     assert missing.startswith("  SPIR-V validator  missing"), missing
     assert "structural checks only" in missing
     assert "pip install 'scopedgpu[validate]'" in missing
+
+
+def test_cache_entry_of_an_older_version_is_still_served(tmp_path, monkeypatch):
+    """A machine without a compiler keeps the shaders an older scopedgpu cached (plain
+    SPIR-V in KEY.spv): checked, served and rewritten in the current form."""
+    monkeypatch.setenv("SCOPEDGPU_CACHE_DIR", str(tmp_path))
+    spirv = sg.compile_glsl(shaders.ADD_ONE)
+    (entry,) = (tmp_path / "spirv").iterdir()
+    entry.unlink()
+    entry.with_suffix(".spv").write_bytes(spirv)
+    monkeypatch.setenv("PATH", "/nonexistent")            # no compiler from here on
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert sg.compile_glsl(shaders.ADD_ONE) == spirv
+    assert entry.exists()
+    entry.with_suffix(".spv").write_bytes(spirv[:-4])    # damaged: reported, not served
+    entry.unlink()
+    with pytest.warns(RuntimeWarning, match="damaged"), \
+            pytest.raises(sg.ShaderError, match="no GLSL compiler"):
+        sg.compile_glsl(shaders.ADD_ONE)
