@@ -22,8 +22,10 @@ STAGE_TIMEOUT = float(os.environ.get("SCOPEDGPU_FUZZ_TIMEOUT", "60"))
 CRASH_DIR = Path(os.environ.get("SCOPEDGPU_FUZZ_CRASH_DIR",
                                 os.path.join(ROOT, "build", "fuzz-crashes")))
 # Outcomes that pass: a refusal (ShaderError from one of the checks) or a working algorithm.
+# "endless": a module that validates and loops for ever (say, a mutated loop bound) is
+# a program that never finishes, not a crash: eval_await() says so, as documented.
 PASS = {"rejected_validator", "rejected_structure", "rejected_capability",
-        "rejected_interface", "rejected_other", "rejected_layer", "dispatched"}
+        "rejected_interface", "rejected_other", "rejected_layer", "dispatched", "endless"}
 
 
 class Worker:
@@ -103,6 +105,8 @@ class Worker:
                 stage = line[2:]
             elif line.startswith("R "):
                 res = json.loads(line[2:])
+                if res.pop("restart", False):
+                    self._stop()      # it exits by itself; a new one serves the next case
                 break
         self.stats[res["outcome"]] += 1
         self.stats["cases"] += 1

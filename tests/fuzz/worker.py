@@ -33,6 +33,9 @@ except ImportError:
 N = 1024            # elements per tensor: enough for one workgroup of any built-in
 MAX_BINDINGS = 8
 END = 0xFFFFFFFF    # the length that ends the worker
+# A dispatch of one workgroup takes milliseconds; one still running after this is
+# counted as endless (the stage timeout in harness.py is for hangs in host calls).
+DISPATCH_SECONDS = float(os.environ.get("SCOPEDGPU_FUZZ_DISPATCH_SECONDS", "10"))
 _DTYPES = {("float", 32): np.float32, ("int", 32): np.int32, ("uint", 32): np.uint32,
            ("float", 64): np.float64, ("int", 64): np.int64, ("uint", 64): np.uint64,
            ("float", 16): np.float16, ("int", 16): np.int16, ("uint", 16): np.uint16,
@@ -86,7 +89,7 @@ def run_case(mgr: sg.Manager, spirv: bytes, stage: Any) -> dict[str, Any]:
             push = np.zeros(info.push_constant_size, np.uint8)
     if not tensors:
         tensors.append(mgr.tensor(np.zeros(N, np.float32)))
-    out: dict[str, Any]
+    endless = False
     try:
         stage("create")
         try:
@@ -103,18 +106,22 @@ def run_case(mgr: sg.Manager, spirv: bytes, stage: Any) -> dict[str, Any]:
             # the module's declarations do not fit these tensors (sizes, counts): a
             # refusal before any Vulkan call, like a ShaderError
             return {"outcome": "rejected_other", "message": f"{type(exc).__name__}: {exc}"[:300]}
-        try:
-            stage("dispatch")
-            with mgr.sequence() as seq:
-                seq.record(sg.OpAlgoDispatch(algo))
-                seq.eval()
-            out = {"outcome": "dispatched"}
-        finally:
-            algo.destroy()
+        stage("dispatch")
+        seq = mgr.sequence()
+        seq.record(sg.OpAlgoDispatch(algo))
+        seq.eval_async()
+        if not seq.eval_await(DISPATCH_SECONDS):
+            # A valid module may loop for ever (a mutated loop bound): the device still
+            # runs it, so nothing it uses can be freed. The parent ends this worker.
+            endless = True
+            return {"outcome": "endless", "restart": True}
+        seq.destroy()
+        algo.destroy()
+        return {"outcome": "dispatched"}
     finally:
-        for t in tensors:
-            t.destroy()
-    return out
+        if not endless:
+            for t in tensors:
+                t.destroy()
 
 
 def _read(stream: BinaryIO, n: int) -> bytes:
@@ -151,6 +158,10 @@ def serve() -> int:
             res = run_case(mgr, spirv, stage)
         except Exception as exc:     # not a refusal: the parent fails the case
             res = {"outcome": "error", "message": f"{type(exc).__name__}: {exc}"[:2000]}
+        if res.get("restart"):
+            out.write("R " + json.dumps(res) + "\n")
+            out.flush()
+            os._exit(0)   # no teardown: the device still runs the endless dispatch
         after = leak_counts(mgr, collect=False)   # every object was destroyed explicitly
         if after != baseline:
             after = leak_counts(mgr)              # unless a cycle still holds one
