@@ -237,8 +237,14 @@ class _State:
                 ffi.new("uint32_t[]", ids or [0]), ffi.new("uint32_t[]", offsets or [0]),
                 ffi.new("uint32_t[]", sizes or [0]), blob or ffi.NULL, len(blob), out)
             if rc in (-3, -1000012000, -13):  # INITIALIZATION_FAILED, INVALID_SHADER, UNKNOWN
+                call = ffi.string(lib.sg_last_call()).decode()
+                why = ""
+                try:   # the layer's account of this failure, not left for the next call
+                    self.check_validation("creating a compute pipeline")
+                except ValidationError as exc:
+                    why = f"\n{exc}"
                 raise ShaderError(f"the driver rejected the shader ({len(spirv)} bytes of "
-                                  f"SPIR-V): {ffi.string(lib.sg_last_call()).decode()} failed")
+                                  f"SPIR-V): {call} failed{why}")
             check(rc, "creating a compute pipeline")
             prog = _Program(out[0], key)
             try:

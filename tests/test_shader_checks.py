@@ -386,3 +386,19 @@ def test_cache_entry_of_an_older_version_is_still_served(tmp_path, monkeypatch):
     with pytest.warns(RuntimeWarning, match="damaged"), \
             pytest.raises(sg.ShaderError, match="no GLSL compiler"):
         sg.compile_glsl(shaders.ADD_ONE)
+
+
+def test_module_the_driver_refuses_leaves_nothing_behind(worker):
+    """Found by tests/fuzz: mult_f32 with ids 4 and 24 swapped validates, but lavapipe's
+    SPIR-V parser refuses it. That is a ShaderError quoting the layer in debug mode, and
+    its validation messages are not raised again by the next call (they were, from the
+    destroy() of a tensor)."""
+    from scopedgpu._shaders import builtin_spirv
+    from scopedgpu._spirv import words_of
+    w = list(words_of(builtin_spirv("mult_f32")))
+    w[5:] = [24 if x == 4 else 4 if x == 24 else x for x in w[5:]]
+    res = worker.run(np.array(w, dtype="<u4").tobytes())
+    assert res["outcome"] in ("rejected_driver", "dispatched"), res
+    assert "leak" not in res
+    assert worker.run(builtin_spirv("mult_f32"))["outcome"] == "dispatched"
+    assert not worker.failures

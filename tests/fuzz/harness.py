@@ -25,7 +25,8 @@ CRASH_DIR = Path(os.environ.get("SCOPEDGPU_FUZZ_CRASH_DIR",
 # "endless": a module that validates and loops for ever (say, a mutated loop bound) is
 # a program that never finishes, not a crash: eval_await() says so, as documented.
 PASS = {"rejected_validator", "rejected_structure", "rejected_capability",
-        "rejected_interface", "rejected_other", "rejected_layer", "dispatched", "endless"}
+        "rejected_interface", "rejected_other", "rejected_driver", "rejected_layer",
+        "dispatched", "endless"}
 
 
 class Worker:

@@ -51,17 +51,17 @@ def leak_counts(mgr: sg.Manager, collect: bool = True) -> dict[str, int]:
     return counts
 
 
-def classify(spirv: bytes, device: sg.DeviceInfo) -> str:
-    """Which check refused the module: the validator, the structural or the capability
-    checks (all in scopedgpu._spirv_val, whose verdict is cached) or a later one
-    (reflection, limits)."""
+def classify(spirv: bytes, device: sg.DeviceInfo, message: str) -> str:
+    """Which check refused the module: the validator, the structural, interface or
+    capability checks (all in scopedgpu._spirv_val, whose verdict is cached), a later one
+    (reflection, limits) or the driver itself (a module that passed every check)."""
     api = tuple(int(x) for x in device.api_version.split(".")[:2])
     if _spirv_val is None:    # scopedgpu before its SPIR-V checks (to show what they fix)
-        return "rejected_other"
+        return "rejected_driver" if "the driver rejected" in message else "rejected_other"
     key = (hashlib.sha256(spirv).digest(), api, _spirv_val.device_features(device))
     verdict = _spirv_val._verdicts.get(key)
     if verdict is None:
-        return "rejected_other"
+        return "rejected_driver" if "the driver rejected" in message else "rejected_other"
     if "SPIR-V validator" in verdict:
         return "rejected_validator"
     if "SPIR-V capability" in verdict:
@@ -97,7 +97,7 @@ def run_case(mgr: sg.Manager, spirv: bytes, stage: Any) -> dict[str, Any]:
                 warnings.simplefilter("ignore", sg.DtypeWarning)
                 algo = mgr.algorithm(tensors, spirv, workgroup=(1, 1, 1), push_consts=push)
         except sg.ShaderError as exc:
-            return {"outcome": classify(spirv, mgr.device), "message": str(exc)[:300]}
+            return {"outcome": classify(spirv, mgr.device, str(exc)), "message": str(exc)[:600]}
         except sg.ValidationError as exc:
             # debug mode: the validation layer refused what the checks let through (a
             # typed error, counted apart: without the layer the driver gets the module)
