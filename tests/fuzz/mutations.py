@@ -23,7 +23,8 @@ def _word(draw: st.DrawFn, w: list[int]) -> int:
     if choice == 0:
         return draw(st.sampled_from(_INTERESTING))
     if choice == 1:
-        return draw(st.integers(0, max(1, w[3] + 2)))    # an id, possibly past the bound
+        bound = w[3] if len(w) > 3 else 1
+        return draw(st.integers(0, bound + 2))             # an id, possibly past the bound
     if choice == 2 and len(w) > 5:
         return w[draw(st.integers(5, len(w) - 1))]        # a word from elsewhere
     return draw(st.integers(0, 2**32 - 1))
