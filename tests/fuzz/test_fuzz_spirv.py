@@ -3,7 +3,7 @@ shader (mutations.py over corpus.py), run in a worker process (harness.py), and 
 in a ShaderError (or another typed refusal before any Vulkan call) or in an algorithm
 that dispatches; live objects return to the worker's baseline after every case.
 
-CI runs SCOPEDGPU_FUZZ_CASES (default 2,000) cases; the long profile (README,
+CI runs SCOPEDGPU_FUZZ_CASES (default 5,000) cases; the long profile (README,
 Development) runs 100,000. Failing inputs are saved under build/fuzz-crashes/ (or
 SCOPEDGPU_FUZZ_CRASH_DIR) with a JSON note of what was done to which shader; the counts
 go to build/fuzz-stats.json and the terminal."""
@@ -23,7 +23,7 @@ from tests.fuzz.corpus import corpus
 from tests.fuzz.harness import Worker
 from tests.fuzz.mutations import mutate, random_module
 
-CASES = int(os.environ.get("SCOPEDGPU_FUZZ_CASES", "2000"))
+CASES = int(os.environ.get("SCOPEDGPU_FUZZ_CASES", "5000"))
 SEED = int(os.environ.get("SCOPEDGPU_FUZZ_SEED", "0"))
 CHUNK = 2500    # cases per hypothesis run (one seed each); hypothesis slows on longer runs
 SIZES = [min(CHUNK, CASES - i) for i in range(0, CASES, CHUNK)]
