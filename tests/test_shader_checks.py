@@ -398,6 +398,19 @@ def test_cache_entry_of_an_older_version_is_still_served(tmp_path, monkeypatch):
         sg.compile_glsl(shaders.ADD_ONE)
 
 
+SCALAR_MULT = """#version 450
+// OpMult: out = a * b, elementwise, float32.
+layout(local_size_x = 128) in;
+layout(set = 0, binding = 0) readonly buffer A { float a[]; };
+layout(set = 0, binding = 1) readonly buffer B { float b[]; };
+layout(set = 0, binding = 2) writeonly buffer Out { float o[]; };
+void main() {
+    uint i = gl_GlobalInvocationID.x;
+    if (i < o.length()) o[i] = a[i] * b[i];
+}
+"""
+
+
 def test_module_the_driver_refuses_leaves_nothing_behind(worker):
     """Found by tests/fuzz: mult_f32 with ids 4 and 24 swapped validates, but lavapipe's
     SPIR-V parser refuses it. That is a ShaderError quoting the layer in debug mode, and
@@ -405,7 +418,7 @@ def test_module_the_driver_refuses_leaves_nothing_behind(worker):
     destroy() of a tensor)."""
     from scopedgpu._shaders import builtin_spirv
     from scopedgpu._spirv import words_of
-    w = list(words_of(builtin_spirv("mult_f32")))
+    w = list(words_of(sg.compile_glsl(SCALAR_MULT)))  # the scalar mult_f32 of f30942a
     w[5:] = [24 if x == 4 else 4 if x == 24 else x for x in w[5:]]
     res = worker.run(np.array(w, dtype="<u4").tobytes())
     assert res["outcome"] in ("rejected_driver", "dispatched"), res
