@@ -14,7 +14,7 @@ from typing import Any, Callable
 import numpy as np
 from hypothesis import HealthCheck, note, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 import scopedgpu as sg
 from scopedgpu.manager import live_vulkan_objects
@@ -51,6 +51,9 @@ class _Manager:
 
 
 class _Tensor:
+    def __repr__(self) -> str:
+        return self.var
+
     def __init__(self, var: str, m: _Manager, t: sg.Tensor, host: np.ndarray):
         self.var = var
         self.m = m
@@ -61,6 +64,9 @@ class _Tensor:
 
 
 class _Algo:
+    def __repr__(self) -> str:
+        return self.var
+
     def __init__(self, var: str, m: _Manager, a: sg.Algorithm, k: Kernel,
                  tensors: list[_Tensor], spec: Any, push: Any):
         self.var = var
@@ -74,6 +80,9 @@ class _Algo:
 
 
 class _Seq:
+    def __repr__(self) -> str:
+        return self.var
+
     def __init__(self, var: str, m: _Manager, s: sg.Sequence, name: str | None):
         self.var = var
         self.m = m
@@ -391,15 +400,16 @@ class LifetimeMachine(RuleBasedStateMachine):
     def open_manager(self) -> None:
         self._open()
 
-    @precondition(lambda self: self.ms and not self._m.open and len(self.ms) < _MAX_MANAGERS)
-    @rule()
-    @_step
-    def reopen_manager(self) -> None:
-        self._open()
+    def _current(self) -> _Manager:
+        """The manager new objects go to: a new one after a close (up to a few an
+        example; after that, the closed one, whose use raises DestroyedError)."""
+        if not self._m.open and len(self.ms) < _MAX_MANAGERS:
+            self._open()
+        return self._m
 
-    @rule()
-    @_step
-    def close_manager(self) -> None:
+    def _close(self) -> None:
+        """close(): the manager's objects are destroyed, using them raises
+        DestroyedError; a later step opens a new manager."""
         m = self._m
         self._emit(f"{m.var}.close()")
         m.mgr.close()
@@ -420,7 +430,7 @@ class LifetimeMachine(RuleBasedStateMachine):
         k = self._pick_kernel(data)
         b = data.draw(st.sampled_from(k.bindings), label="binding")
         shape = self._shape(k, b, self._dims(k, data), data)
-        m = self._m
+        m = self._current()
         if not m.open:
             self._expect_destroyed(f"{m.var}.tensor([1.0])", lambda: m.mgr.tensor([1.0]))
             return
@@ -429,10 +439,13 @@ class LifetimeMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     @_step
     def new_algorithm(self, data: Any) -> None:
+        self._new_algorithm(data)
+
+    def _new_algorithm(self, data: Any) -> _Algo | None:
         k = self._pick_kernel(data)
-        m = self._m
+        m = self._current()
         if not m.open:
-            return
+            return None
         dims = self._dims(k, data)
         chosen: list[_Tensor] = []
         for b in k.bindings:
@@ -460,12 +473,14 @@ class LifetimeMachine(RuleBasedStateMachine):
                                        spec_consts=spec, push_consts=push)
         if any(not t.alive for t in chosen):
             self._expect_destroyed(code, call)
-            return
+            return None
         self._emit(f"{var} = {code}")
-        self.als.append(_Algo(var, m, call(), k, chosen, spec, push))
+        a = _Algo(var, m, call(), k, chosen, spec, push)
+        self.als.append(a)
+        return a
 
     def _pick_kernel(self, data: Any) -> Kernel:
-        return data.draw(st.sampled_from(self.kernels), label="kernel")
+        return self._kernels[data.draw(st.sampled_from(sorted(self._kernels)), label="kernel")]
 
     @rule(data=st.data())
     @_step
@@ -489,7 +504,10 @@ class LifetimeMachine(RuleBasedStateMachine):
     @rule(named=st.booleans())
     @_step
     def new_sequence(self, named: bool) -> None:
-        m = self._m
+        self._new_sequence(named)
+
+    def _new_sequence(self, named: bool) -> None:
+        m = self._current()
         name = None
         if named:
             self.names += 1
@@ -512,16 +530,26 @@ class LifetimeMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     @_step
     def record(self, data: Any) -> None:
+        self._ensure_sequence(data)
+        s = self._draw_seq(data)
+        if s is not None:
+            self._record(s, data)
+
+    def _ensure_sequence(self, data: Any) -> None:
+        m = self._current()
+        if m.open and not any(s.alive and s.m is m for s in self.sqs):
+            self._new_sequence(data.draw(st.booleans(), label="named"))
+
+    def _record(self, s: _Seq, data: Any) -> None:
         """Appends: a sync to the device of every binding, 1..max_dispatches dispatches
         (some with push constants of their own), a sync back of the outputs."""
-        if not self.sqs:
-            return
-        s = self._draw_seq(data)
+        if s.m.open and not any(a.alive and a.m is s.m for a in self.als):
+            self._new_algorithm(data)
         algos = [a for a in self.als if a.m is s.m]
         if not algos:
             return
         alive = [a for a in algos if a.alive]
-        pool = alive if alive and data.draw(st.integers(0, 19), label="a destroyed algorithm") \
+        pool = alive if alive and data.draw(st.integers(0, 9), label="a destroyed algorithm") \
             else algos
         n = data.draw(st.integers(1, self.max_dispatches), label="dispatches")
         chosen = [data.draw(st.sampled_from(pool), label="algorithm") for _ in range(n)]
@@ -555,9 +583,11 @@ class LifetimeMachine(RuleBasedStateMachine):
             _record(s.s, make)
             s.ops.append(model)
 
-    def _draw_seq(self, data: Any) -> _Seq:
+    def _draw_seq(self, data: Any) -> _Seq | None:
+        if not self.sqs:
+            return None
         alive = [s for s in self.sqs if s.alive]
-        pool = alive if alive and data.draw(st.integers(0, 9), label="a destroyed sequence") \
+        pool = alive if alive and data.draw(st.integers(0, 5), label="a destroyed sequence") \
             else self.sqs
         return data.draw(st.sampled_from(pool), label="sequence")
 
@@ -566,13 +596,28 @@ class LifetimeMachine(RuleBasedStateMachine):
           timeout=st.sampled_from([0.0, 0.001, None]), data=st.data())
     @_step
     def evaluate(self, how: str, timeout: float | None, data: Any) -> None:
-        if not self.sqs:
-            return
+        self._evaluate(how, timeout, data)
+
+    # (a second rule: evaluations are what most steps should do)
+    @rule(how=st.sampled_from(["eval", "eval_async", "eval_await"]),
+          timeout=st.sampled_from([0.0, 0.001, None]), data=st.data())
+    @_step
+    def evaluate_again(self, how: str, timeout: float | None, data: Any) -> None:
+        self._evaluate(how, timeout, data)
+
+    def _evaluate(self, how: str, timeout: float | None, data: Any) -> None:
+        self._ensure_sequence(data)
         s = self._draw_seq(data)
+        if s is None:
+            return
         if how in ("eval", "eval_async"):
             if not s.alive:
                 self._expect_destroyed(f"{s.var}.{how}()", getattr(s.s, how))
                 return
+            if not s.ops and data.draw(st.integers(0, 3), label="record first"):
+                self._record(s, data)   # most evaluations do work
+                if not s.alive:
+                    return
             self._submit(s, how)
         elif how == "eval_await":
             if not s.alive:
@@ -598,10 +643,15 @@ class LifetimeMachine(RuleBasedStateMachine):
             s.ops = []
 
     # -- destroy ------------------------------------------------------------------------------
-    @rule(what=st.sampled_from(["tensor", "algorithm", "sequence"]), data=st.data())
+    @rule(what=st.sampled_from(["tensor", "algorithm", "sequence", "tensor", "algorithm",
+                                "sequence", "manager"]), data=st.data())
     @_step
     def destroy(self, what: str, data: Any) -> None:
-        """destroy() of any tensor, algorithm or sequence: alive, running or destroyed."""
+        """destroy() of any tensor, algorithm or sequence (alive, running or destroyed),
+        or close() of the manager."""
+        if what == "manager":
+            self._close()
+            return
         objs: list[Any] = self.ts if what == "tensor" else self.als if what == "algorithm" \
             else self.sqs
         if not objs:
@@ -698,7 +748,8 @@ def _record(seq: sg.Sequence, make: Callable[[], sg.Op]) -> None:
 def _call_reference(k: Kernel, args: dict[str, np.ndarray], spec: Any, push: Any
                     ) -> dict[str, np.ndarray]:
     params = inspect.signature(k.reference).parameters
-    kwargs = dict(args)
+    takes_all = any(p.kind == p.VAR_KEYWORD for p in params.values())
+    kwargs = {n: v for n, v in args.items() if takes_all or n in params}
     if "spec" in params:
         kwargs["spec"] = spec
     if "push" in params:
@@ -706,7 +757,7 @@ def _call_reference(k: Kernel, args: dict[str, np.ndarray], spec: Any, push: Any
     out = k.reference(**kwargs)
     outs = [b.name for b in k.bindings if b.role != "in"]
     if out is None:                  # changed in place
-        return {name: kwargs[name] for name in outs}
+        return {name: kwargs[name] for name in outs if name in kwargs}
     if isinstance(out, np.ndarray) or not isinstance(out, dict):
         if len(outs) != 1:
             raise TypeError(f"kernel {k.name!r}: the reference returned one array, but the "
