@@ -1,9 +1,7 @@
 """Helpers for testing your own GPU code with pytest and hypothesis.
 
-    # conftest.py
-    pytest_plugins = ["scopedgpu.testing"]        # provides the `sg_manager` fixture
-
-    # test_my_shader.py
+    # test_my_shader.py (no conftest needed: installing scopedgpu registers its
+    # pytest plugin, which provides the `sg_manager` fixture)
     import numpy as np
     from hypothesis import HealthCheck, given, settings
     import scopedgpu as sg
@@ -16,17 +14,22 @@
             with sg_manager.tensor(x) as t:
                 ...
 
-- `sg_manager`: a Manager on the default device (SCOPEDGPU_DEVICE overrides) with the
-  Khronos validation layer on (validation errors raise sg.ValidationError from the call
-  that caused them); at teardown the manager must be back to the live counts it had
-  when it opened (no tensor, algorithm, sequence, pipeline, buffer... left), and closing
-  it must leave no Vulkan object alive in the process. Otherwise the test fails.
+- `sg_manager` (where pytest is installed): a Manager on the default device
+  (`--sg-device`, else SCOPEDGPU_DEVICE) with the Khronos validation layer on
+  (validation errors raise sg.ValidationError from the call that caused them); at
+  teardown the manager must be back to the live counts it had when it opened (no
+  tensor, algorithm, sequence, pipeline, buffer... left), and closing it must leave no
+  Vulkan object alive in the process. Otherwise the test fails.
 - `no_leaks(manager)`: the same check around any block; raises LeakError (an
   AssertionError) naming what was left alive.
 - hypothesis strategies (hypothesis is imported only when you call them): `dtypes()`,
-  `shapes()`, `arrays()` and `tensors()`, limited to what the device supports.
+  `shapes()`, `arrays()` and `tensors()`, limited to what the device supports;
+  `push_constants()` and `spec_constants()`, fitted to what a SPIR-V module declares.
+- `LifetimeMachine` (where hypothesis is installed): a rule-based state machine over
+  your own kernels (`Kernel`, `Binding`), checked against their numpy references.
 
-Everything here runs real Vulkan: there are no mocks.
+Everything here runs real Vulkan: there are no mocks. The module imports without pytest
+and without hypothesis.
 """
 from __future__ import annotations
 
@@ -449,7 +452,14 @@ def _sg_manager() -> Iterator[Manager]:
                         {k: (before[k], after[k]) for k in after if before[k] != after[k]})
 
 
-if importlib.util.find_spec("pytest") is not None:
+def _installed(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+if _installed("pytest"):
     import pytest
     sg_manager = pytest.fixture(_sg_manager, name="sg_manager")
     __all__.append("sg_manager")
@@ -457,7 +467,7 @@ if importlib.util.find_spec("pytest") is not None:
     # fixture) loads the whole plugin: --sg-device and the profiles too.
     pytest_plugins = ["scopedgpu.pytest_plugin"]
 
-if importlib.util.find_spec("hypothesis") is not None:
+if _installed("hypothesis"):
     __all__.append("LifetimeMachine")
 
 if TYPE_CHECKING:

@@ -102,7 +102,8 @@ def scale(x, push):
 
 def scale_kernel(shader: str) -> Kernel:
     n = (lambda d: ((d["n"] + 255) // 256, 1, 1))   # 64 invocations of 4 a group
-    return Kernel("scale", shader, [Binding("x"), Binding("y", role="out")], scale,
+    x = Binding("x", elements=st.floats(-1e6, 1e6, width=32))
+    return Kernel("scale", shader, [x, Binding("y", role="out")], scale,
                   dims={"n": st.integers(1, 70)}, workgroup=n,
                   # push_constants() reads the block ({ float a; }) from the SPIR-V
                   push_consts=push_constants(sg.compile_glsl(shader),
@@ -165,7 +166,11 @@ def test_a_tail_off_by_one_is_found_shrunk_and_printed(tmp_path):
     n, where = int(m.group(1)), int(m.group(2))
     assert where == n - 1 and n % 4 != 0
     notes = "\n".join(getattr(exc.value, "__notes__", []))
-    program = notes[notes.index("import numpy as np"):].strip()
+    lines = notes[notes.index("import numpy as np"):].splitlines()
+    end = lines.index("def test_replay():") + 1
+    while end < len(lines) and lines[end].startswith("    "):
+        end += 1
+    program = "\n".join(lines[:end])
     print("\n" + program)                      # (the shrunk program, for the record)
     body = [ln for ln in program.splitlines() if ln.startswith("    ")]
     # Shrunk: a manager, two tensors, an algorithm, a sequence, three records, one
