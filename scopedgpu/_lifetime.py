@@ -200,7 +200,10 @@ class LifetimeMachine(RuleBasedStateMachine):
             raise TypeError(f"{type(self).__name__}: list the kernels under test in "
                             "`kernels = [Kernel(...), ...]`")
         self._kernels = {k.name: k for k in self.kernels}
-        gc.collect()
+        # The collections of the leak checks would otherwise scan everything the process
+        # holds (hypothesis' own state grows with every example) and take most of the
+        # run: until teardown, they see only what this example makes.
+        gc.freeze()
         self.before = live_vulkan_objects()
         self.ms: list[_Manager] = []
         self.ts: list[_Tensor] = []
@@ -709,6 +712,7 @@ class LifetimeMachine(RuleBasedStateMachine):
             logging.getLogger("scopedgpu").removeHandler(self.log)
             for m in self.ms:
                 m.mgr.close()
+            gc.unfreeze()
 
     def _teardown(self) -> None:
         for m in self.ms:
