@@ -401,6 +401,7 @@ class LifetimeMachine(RuleBasedStateMachine):
     @initialize()
     @_step
     def open_manager(self) -> None:
+        """Rule: the example's first Manager (with the validation layer when `debug`)."""
         self._open()
 
     def _current(self) -> _Manager:
@@ -430,6 +431,7 @@ class LifetimeMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     @_step
     def new_tensor(self, data: Any) -> None:
+        """Rule: a tensor for a kernel's binding (its dtype, a drawn shape, values, kind)."""
         k = self._pick_kernel(data)
         b = data.draw(st.sampled_from(k.bindings), label="binding")
         shape = self._shape(k, b, self._dims(k, data), data)
@@ -442,6 +444,8 @@ class LifetimeMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     @_step
     def new_algorithm(self, data: Any) -> None:
+        """Rule: an algorithm of a kernel over existing tensors that fit, or new ones,
+        with drawn dims and constants (a destroyed tensor now and then: DestroyedError)."""
         self._new_algorithm(data)
 
     def _new_algorithm(self, data: Any) -> _Algo | None:
@@ -507,6 +511,7 @@ class LifetimeMachine(RuleBasedStateMachine):
     @rule(named=st.booleans())
     @_step
     def new_sequence(self, named: bool) -> None:
+        """Rule: an anonymous sequence, or a named one (names repeat: the same comes back)."""
         self._new_sequence(named)
 
     def _new_sequence(self, named: bool) -> None:
@@ -533,6 +538,8 @@ class LifetimeMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     @_step
     def record(self, data: Any) -> None:
+        """Rule: appends dispatches of 1..max_dispatches algorithms to a sequence, between
+        a sync of their bindings to the device and a sync of their outputs back."""
         self._ensure_sequence(data)
         s = self._draw_seq(data)
         if s is not None:
@@ -599,6 +606,8 @@ class LifetimeMachine(RuleBasedStateMachine):
           timeout=st.sampled_from([0.0, 0.001, None]), data=st.data())
     @_step
     def evaluate(self, how: str, timeout: float | None, data: Any) -> None:
+        """Rule: eval, eval_async, eval_await(timeout), is_running or clear of a sequence
+        (recording into it first when it has nothing to run)."""
         self._evaluate(how, timeout, data)
 
     # (a second rule: evaluations are what most steps should do)
@@ -606,6 +615,7 @@ class LifetimeMachine(RuleBasedStateMachine):
           timeout=st.sampled_from([0.0, 0.001, None]), data=st.data())
     @_step
     def evaluate_again(self, how: str, timeout: float | None, data: Any) -> None:
+        """Rule: as evaluate (a second rule, so that evaluations are frequent)."""
         self._evaluate(how, timeout, data)
 
     def _evaluate(self, how: str, timeout: float | None, data: Any) -> None:
@@ -674,6 +684,8 @@ class LifetimeMachine(RuleBasedStateMachine):
     @invariant()
     @_step
     def matches_the_model(self) -> None:
+        """Invariant: nothing logged; live counts, and every idle tensor's data(), as the
+        model says."""
         assert not self.log.messages, "scopedgpu logged:\n" + "\n".join(self.log.messages)
         if not self.ms or not self._m.open:
             return
@@ -701,6 +713,8 @@ class LifetimeMachine(RuleBasedStateMachine):
                     "the model knows of wrote it")
 
     def teardown(self) -> None:
+        """Destroys what is left, checks that the manager is back to its opening counts,
+        closes it and checks that no Vulkan object is left in the process."""
         try:
             if getattr(self, "_noted", False):
                 return

@@ -378,10 +378,10 @@ class Kernel:
     `shader`: SPIR-V bytes, or GLSL source (compiled with sg.compile_glsl).
     `bindings`: the storage buffers in binding order (see Binding).
     `reference(**arrays, spec=..., push=...)`: the kernel in numpy. It gets a copy of
-    every binding's array by name (as the GPU sees it when the kernel starts), plus
-    `spec`/`push` if it takes them, and returns a dict of the arrays it writes (or one
-    array when the kernel has a single out binding), or changes them in place and
-    returns None.
+    the array of each binding it names as a parameter (as the GPU sees it when the
+    kernel starts; all of them if it takes **kwargs), plus `spec`/`push` if it takes
+    them, and returns a dict of the arrays it writes (or one array when the kernel has
+    a single out binding), or changes them in place and returns None.
     `dims`: named sizes shared by bindings: name -> int or strategy of ints (default:
     n in 1..300).
     `spec_consts`, `push_consts`: None (not passed), a value, a strategy, the string

@@ -281,3 +281,16 @@ def test_machine_budget_follows_sg_profiles():
     assert (Quick.TestCase.settings.max_examples,
             Quick.TestCase.settings.stateful_step_count) == (20, 20)
     assert Quick.TestCase.settings.deadline is None
+
+
+def test_the_property_test_of_the_docs_runs_under_pytest(pytester, monkeypatch):
+    """docs/testing.md's property test is a test file: pytest collects and passes it
+    (its manager is opened by the test, not at import)."""
+    monkeypatch.setenv("PYTHONPATH", source_env()["PYTHONPATH"])
+    root = Path(source_env()["PYTHONPATH"].split(os.pathsep)[0])
+    blocks = re.findall(r"^```python\n(.*?)^```", (root / "docs" / "testing.md").read_text(),
+                        re.S | re.M)
+    code = next(b for b in blocks if "def test_scale" in b)
+    pytester.makepyfile(test_scale_doc=code)
+    res = pytester.runpytest_subprocess("-q", "-p", "no:cacheprovider")
+    res.assert_outcomes(passed=1)
