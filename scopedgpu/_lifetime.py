@@ -265,11 +265,6 @@ class LifetimeMachine(RuleBasedStateMachine):
     def _shape(self, k: Kernel, b: Any, dims: dict[str, int], data: Any) -> tuple[int, ...]:
         if isinstance(b.shape, st.SearchStrategy):
             return tuple(data.draw(b.shape, label=f"{k.name}.{b.name}: shape"))
-        needed = dict.fromkeys(d for d in b.shape if isinstance(d, str))
-        for name in needed:
-            if name not in dims:
-                dims.update(self._dims(k, data))
-                break
         return tuple(dims[d] if isinstance(d, str) else int(d) for d in b.shape)
 
     def _const(self, what: Any, auto: Callable[[bytes], Any], k: Kernel,

@@ -406,6 +406,13 @@ class Kernel:
         names = [b.name for b in self.bindings]
         if len(set(names)) != len(names):
             raise ValueError(f"kernel {self.name!r}: binding names repeat: {names}")
+        dims = set(self.dims) or {"n"}
+        for b in self.bindings:
+            unknown = [d for d in b.shape if isinstance(d, str) and d not in dims] \
+                if isinstance(b.shape, tuple) else []
+            if unknown:
+                raise ValueError(f"kernel {self.name!r}: binding {b.name!r} has dims "
+                                 f"{unknown} that `dims` does not define ({sorted(dims)})")
 
     @functools.cached_property
     def spirv(self) -> bytes:

@@ -294,3 +294,13 @@ def test_the_property_test_of_the_docs_runs_under_pytest(pytester, monkeypatch):
     pytester.makepyfile(test_scale_doc=code)
     res = pytester.runpytest_subprocess("-q", "-p", "no:cacheprovider")
     res.assert_outcomes(passed=1)
+
+
+def test_kernel_declarations_are_checked():
+    with pytest.raises(ValueError, match=r"binding 'x' has dims \['m'\]"):
+        Kernel("k", b"", [Binding("x", shape=("m", 2))], lambda x: x)
+    with pytest.raises(ValueError, match="binding names repeat"):
+        Kernel("k", b"", [Binding("x"), Binding("x")], lambda x: x)
+    with pytest.raises(ValueError, match="role must be"):
+        Binding("x", role="output")
+    assert Binding("x", shape=4).shape == (4,)
