@@ -332,32 +332,27 @@ class LifetimeMachine(RuleBasedStateMachine):
         written: set = set()
         rtol = atol = 0.0
 
-        def view(t: _Tensor) -> np.ndarray:
-            # (record() syncs every binding to the device before its dispatches)
-            return host[t] if t.kind == "host" else dev[t]
-
+        # Host tensors too: the GPU reads and writes their host-visible memory, data() is
+        # a copy of it that the sync ops refresh. (record() syncs every binding to the
+        # device before its dispatches.)
         for op in s.ops:
             if op[0] == "sync_device":
                 for t in op[1]:
-                    if t.kind == "device":
-                        dev[t] = host[t].copy()
+                    dev[t] = host[t].copy()
             elif op[0] == "sync_local":
                 for t in op[1]:
-                    if t.kind == "device" and t in dev:
+                    if t in dev:
                         host[t] = dev[t].copy()
                         written.add(t)
             else:
                 a, push = op[1], op[2]
                 k = a.k
                 rtol, atol = max(rtol, k.rtol), max(atol, k.atol)
-                args = {b.name: view(t).copy() for b, t in zip(k.bindings, a.tensors)}
+                args = {b.name: dev[t].copy() for b, t in zip(k.bindings, a.tensors)}
                 out = _call_reference(k, args, a.spec, a.push if push is None else push)
                 for b, t in zip(k.bindings, a.tensors):
                     if b.name in out:
-                        new = np.asarray(out[b.name], dtype=b.dtype).reshape(t.t.shape)
-                        view(t)[...] = new
-                        if t.kind == "host":
-                            written.add(t)
+                        dev[t] = np.asarray(out[b.name], dtype=b.dtype).reshape(t.t.shape)
         return {t: host[t] for t in written}, (rtol, atol)
 
     def _submit(self, s: _Seq, how: str) -> None:
