@@ -1,9 +1,7 @@
 """Helpers for testing your own GPU code with pytest and hypothesis.
 
-    # conftest.py
-    pytest_plugins = ["scopedgpu.testing"]        # provides the `sg_manager` fixture
-
-    # test_my_shader.py
+    # test_my_shader.py (no conftest needed: installing scopedgpu registers its
+    # pytest plugin, which provides the `sg_manager` fixture)
     import numpy as np
     from hypothesis import HealthCheck, given, settings
     import scopedgpu as sg
@@ -16,23 +14,31 @@
             with sg_manager.tensor(x) as t:
                 ...
 
-- `sg_manager`: a Manager on the default device (SCOPEDGPU_DEVICE overrides) with the
-  Khronos validation layer on (validation errors raise sg.ValidationError from the call
-  that caused them); at teardown the manager must be back to the live counts it had
-  when it opened (no tensor, algorithm, sequence, pipeline, buffer... left), and closing
-  it must leave no Vulkan object alive in the process. Otherwise the test fails.
+- `sg_manager` (where pytest is installed): a Manager on the default device
+  (`--sg-device`, else SCOPEDGPU_DEVICE) with the Khronos validation layer on
+  (validation errors raise sg.ValidationError from the call that caused them); at
+  teardown the manager must be back to the live counts it had when it opened (no
+  tensor, algorithm, sequence, pipeline, buffer... left), and closing it must leave no
+  Vulkan object alive in the process. Otherwise the test fails.
 - `no_leaks(manager)`: the same check around any block; raises LeakError (an
   AssertionError) naming what was left alive.
 - hypothesis strategies (hypothesis is imported only when you call them): `dtypes()`,
-  `shapes()`, `arrays()` and `tensors()`, limited to what the device supports.
+  `shapes()`, `arrays()` and `tensors()`, limited to what the device supports;
+  `push_constants()` and `spec_constants()`, fitted to what a SPIR-V module declares.
+- `LifetimeMachine` (where hypothesis is installed): a rule-based state machine over
+  your own kernels (`Kernel`, `Binding`), checked against their numpy references.
 
-Everything here runs real Vulkan: there are no mocks.
+Everything here runs real Vulkan: there are no mocks. The module imports without pytest
+and without hypothesis.
 """
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
-from typing import TYPE_CHECKING, Any, Iterator
+import importlib.util
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Union
 
 import numpy as np
 
@@ -45,8 +51,11 @@ if TYPE_CHECKING:
 
     from scopedgpu.tensor import Tensor
 
+# sg_manager is listed where pytest is installed, LifetimeMachine where hypothesis is.
 __all__ = ["LeakError", "live_counts", "no_leaks", "supported_dtypes", "dtypes", "shapes",
-           "arrays", "tensors", "sg_manager", "ALL_DTYPES"]
+           "arrays", "tensors", "ALL_DTYPES", "ConstantSlot", "push_constant_layout",
+           "spec_constant_layout", "push_constants", "spec_constants", "Binding", "Kernel",
+           "set_default_device", "default_device"]
 
 #: Every dtype scopedgpu can hold; the first three work on every Vulkan device.
 ALL_DTYPES = tuple(np.dtype(d) for d in (
@@ -176,26 +185,304 @@ def tensors(manager: Manager, dtype: Any = None, shape: Any = None, *,
         lambda a: manager.tensor(a, kind=kind))
 
 
-try:
+# -- push and specialization constants, from what a module declares -------------------------
+
+@dataclass(frozen=True)
+class ConstantSlot:
+    """One scalar a shader reads from its push constants or a specialization constant:
+    its byte offset in the push-constant block (for a specialization constant: its id),
+    and its type ("float", "int", "uint" or "bool", and a width in bits)."""
+    offset: int
+    kind: str
+    width: int
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The numpy dtype of the slot (bool: uint32, as the shader reads it)."""
+        if self.kind == "bool":
+            return np.dtype(np.uint32)
+        return np.dtype({"float": "f", "int": "i", "uint": "u"}[self.kind] + str(self.width // 8))
+
+
+def push_constant_layout(spirv: bytes) -> list[ConstantSlot]:
+    """The scalars of the module's push-constant block, in offset order (members,
+    vector components and array elements each count as one). Empty if it has none."""
+    from scopedgpu import _spirv as sv
+    w = sv.words_of(spirv)
+    types: dict[int, tuple] = {}
+    offsets: dict[int, dict[int, int]] = {}
+    strides: dict[int, int] = {}
+    consts: dict[int, int] = {}
+    pointers: dict[int, int] = {}
+    block = None
+    i = 5
+    while i < len(w):
+        wc, op = w[i] >> 16, w[i] & 0xFFFF
+        a = w[i + 1:i + max(wc, 1)]
+        if op == sv._OP_TYPE_BOOL:
+            types[a[0]] = ("bool", 32)
+        elif op == sv._OP_TYPE_INT:
+            types[a[0]] = ("int" if a[2] else "uint", a[1])
+        elif op == sv._OP_TYPE_FLOAT:
+            types[a[0]] = ("float", a[1])
+        elif op in (sv._OP_TYPE_VECTOR, sv._OP_TYPE_MATRIX):
+            types[a[0]] = ("vector", a[1], a[2])
+        elif op == sv._OP_TYPE_ARRAY:
+            types[a[0]] = ("array", a[1], a[2])
+        elif op == sv._OP_TYPE_STRUCT:
+            types[a[0]] = ("struct", list(a[1:]))
+        elif op == sv._OP_TYPE_POINTER:
+            pointers[a[0]] = a[2]
+        elif op == sv._OP_CONSTANT and len(a) >= 3:
+            consts[a[1]] = a[2]
+        elif op == sv._OP_DECORATE and len(a) >= 3 and a[1] == sv._DEC_ARRAY_STRIDE:
+            strides[a[0]] = a[2]
+        elif op == sv._OP_MEMBER_DECORATE and len(a) >= 4 and a[2] == sv._DEC_OFFSET:
+            offsets.setdefault(a[0], {})[a[1]] = a[3]
+        elif op == sv._OP_VARIABLE and a[2] == sv._SC_PUSH_CONSTANT:
+            block = pointers.get(a[0])
+        i += max(wc, 1)
+    out: list[ConstantSlot] = []
+
+    def walk(tid: int, base: int, depth: int = 0) -> int:
+        """Adds the scalars of type tid at byte offset base; returns the type's size."""
+        t = types.get(tid)
+        if t is None or depth > 16:
+            raise ValueError("push constants of a type scopedgpu.testing cannot read")
+        if t[0] in ("bool", "int", "uint", "float"):
+            out.append(ConstantSlot(base, t[0], t[1]))
+            return t[1] // 8
+        if t[0] == "vector":
+            size = 0
+            for k in range(t[2]):
+                size += walk(t[1], base + size, depth + 1)
+            return size
+        if t[0] == "array":
+            n = consts.get(t[2], 0)
+            stride = strides.get(tid, 0)
+            size = 0
+            for k in range(n):
+                size = walk(t[1], base + k * stride, depth + 1)
+            return n * (stride or size)
+        end = 0
+        for m, mt in enumerate(t[1]):
+            off = offsets.get(tid, {}).get(m, end)
+            end = off + walk(mt, base + off, depth + 1)
+        return end
+
+    if block is not None:
+        walk(block, 0)
+    return sorted(out, key=lambda s: s.offset)
+
+
+def spec_constant_layout(spirv: bytes) -> list[ConstantSlot]:
+    """The specialization constants a list can set (ids 0, 1, ... up to the first id the
+    module does not declare), each as a ConstantSlot whose offset is its id."""
+    from scopedgpu._spirv import reflect
+    decl = reflect(spirv).spec_constants
+    out: list[ConstantSlot] = []
+    while len(out) in decl:
+        sc = decl[len(out)]
+        out.append(ConstantSlot(sc.id, sc.kind, sc.width))
+    return out
+
+
+def _scalar(slot: ConstantSlot) -> Any:
+    st, _ = _hypothesis()
+    if slot.kind == "bool":
+        return st.booleans()
+    if slot.kind == "float":
+        big = 1e4 if slot.width > 16 else 1e3
+        return st.floats(-big, big, width=slot.width, allow_subnormal=False)
+    info = np.iinfo(slot.dtype)
+    return st.integers(int(info.min), int(info.max))
+
+
+def push_constants(spirv: bytes, overrides: dict[int, Any] | None = None
+                   ) -> SearchStrategy[Any]:
+    """A strategy of push-constant values that fit what the module declares (see
+    push_constant_layout): a numpy array of the members' dtype when they all share one
+    4-byte type (what `push_consts=` takes), else the block's bytes. `overrides` maps a
+    slot's index (its place in offset order) to a strategy for it; the default is any
+    integer of the type, or a finite, normal float in [-1e4, 1e4]."""
+    st, _ = _hypothesis()
+    slots = push_constant_layout(spirv)
+    if not slots:
+        return st.none()
+    parts = [(overrides or {}).get(k, _scalar(s)) for k, s in enumerate(slots)]
+    dtypes = {s.dtype for s in slots}
+    if len(dtypes) == 1 and slots[0].width == 32:
+        dt = dtypes.pop()
+        return st.tuples(*parts).map(lambda v: np.array(v, dtype=dt))
+    from scopedgpu._spirv import reflect
+    size = reflect(spirv).push_constant_size
+
+    def pack(values: tuple) -> bytes:
+        blob = bytearray(size)
+        for s, v in zip(slots, values):
+            raw = np.array(v, dtype=s.dtype).tobytes()
+            blob[s.offset:s.offset + len(raw)] = raw
+        return bytes(blob)
+    return st.tuples(*parts).map(pack)
+
+
+def spec_constants(spirv: bytes, overrides: dict[int, Any] | None = None
+                   ) -> SearchStrategy[list[Any]]:
+    """A strategy of `spec_consts=` lists that fit what the module declares (see
+    spec_constant_layout). `overrides` maps an id to a strategy for it. Ids that size the
+    workgroup (local_size_x_id = ...) default to 1..64; others to any value of the type
+    (floats finite, normal, in [-1e4, 1e4])."""
+    st, _ = _hypothesis()
+    from scopedgpu._spirv import reflect
+    sizing = set(reflect(spirv).local_size_spec.values())
+    slots = spec_constant_layout(spirv)
+    parts = [(overrides or {}).get(s.offset, st.integers(1, 64) if s.offset in sizing
+                                   else _scalar(s)) for s in slots]
+    return st.tuples(*parts).map(list)
+
+
+# -- LifetimeMachine's declarations ---------------------------------------------------------
+
+#: A dimension of a binding's shape: a number, or the name of one of the kernel's dims.
+Dim = Union[int, str]
+
+
+@dataclass
+class Binding:
+    """One storage buffer of a kernel, in binding order.
+
+    `shape`: a tuple of ints and dim names (names come from Kernel.dims, so that
+    bindings share sizes), one int or name, or a hypothesis strategy of shapes.
+    `role`: "in" (read by the kernel), "out" (written) or "inout". Out and inout
+    bindings are compared with the reference after every evaluation. `elements`: a
+    strategy for the values of new tensors (default: as arrays() draws them)."""
+    name: str
+    dtype: Any = np.float32
+    shape: Any = ("n",)
+    role: str = "in"
+    elements: Any = None
+
+    def __post_init__(self) -> None:
+        if self.role not in ("in", "out", "inout"):
+            raise ValueError(f"binding {self.name!r}: role must be 'in', 'out' or 'inout', "
+                             f"not {self.role!r}")
+        self.dtype = np.dtype(self.dtype)
+        if isinstance(self.shape, (int, str)):
+            self.shape = (self.shape,)
+
+
+@dataclass
+class Kernel:
+    """A compute shader under test, for LifetimeMachine.
+
+    `shader`: SPIR-V bytes, or GLSL source (compiled with sg.compile_glsl).
+    `bindings`: the storage buffers in binding order (see Binding).
+    `reference(**arrays, spec=..., push=...)`: the kernel in numpy. It gets a copy of
+    the array of each binding it names as a parameter (as the GPU sees it when the
+    kernel starts; all of them if it takes **kwargs), plus `spec`/`push` if it takes
+    them, and returns a dict of the arrays it writes (or one array when the kernel has
+    a single out binding), or changes them in place and returns None.
+    `dims`: named sizes shared by bindings: name -> int or strategy of ints (default:
+    n in 1..300).
+    `spec_consts`, `push_consts`: None (not passed), a value, a strategy, the string
+    "auto" (spec_constants()/push_constants() of the module), or a function of the
+    drawn dims returning one of those.
+    `workgroup`: None (the library's default: cover binding 0), a tuple, or a function
+    of the dims (and the spec constants, if it takes `spec`) returning one.
+    `rtol`/`atol`: the tolerance of the comparison with the reference (exact by
+    default; GPUs round transcendental functions differently from numpy)."""
+    name: str
+    shader: bytes | str
+    bindings: list[Binding]
+    reference: Callable[..., Any]
+    dims: dict[str, Any] = field(default_factory=dict)
+    spec_consts: Any = None
+    push_consts: Any = None
+    workgroup: Any = None
+    rtol: float = 0.0
+    atol: float = 0.0
+
+    def __post_init__(self) -> None:
+        names = [b.name for b in self.bindings]
+        if len(set(names)) != len(names):
+            raise ValueError(f"kernel {self.name!r}: binding names repeat: {names}")
+        dims = set(self.dims) or {"n"}
+        for b in self.bindings:
+            unknown = [d for d in b.shape if isinstance(d, str) and d not in dims] \
+                if isinstance(b.shape, tuple) else []
+            if unknown:
+                raise ValueError(f"kernel {self.name!r}: binding {b.name!r} has dims "
+                                 f"{unknown} that `dims` does not define ({sorted(dims)})")
+
+    @functools.cached_property
+    def spirv(self) -> bytes:
+        """The module, compiled once if it was given as GLSL."""
+        if isinstance(self.shader, str):
+            from scopedgpu.glsl import compile_glsl
+            return compile_glsl(self.shader)
+        return bytes(self.shader)
+
+
+_DEFAULT_DEVICE: list[Any] = [None]
+
+
+def set_default_device(device: int | str | None) -> None:
+    """The device the `sg_manager` fixture and LifetimeMachine open (an index or a name
+    substring; None: SCOPEDGPU_DEVICE, else the best device). pytest's --sg-device sets
+    it."""
+    _DEFAULT_DEVICE[0] = device
+
+
+def default_device() -> int | str | None:
+    """The device set by set_default_device() (or --sg-device), else None."""
+    return _DEFAULT_DEVICE[0]
+
+
+def _sg_manager() -> Iterator[Manager]:
+    """A Manager on the default device (--sg-device, else SCOPEDGPU_DEVICE) with the
+    validation layer on, leak-checked at teardown: the manager must be back to the live
+    counts it had when it opened, and closing it must leave no Vulkan object alive in the
+    process. scopedgpu's pytest plugin provides it (loaded by pytest when scopedgpu is
+    installed)."""
+    before = live_vulkan_objects()
+    mgr = Manager(default_device(), debug=True)
+    try:  # (a test may close the manager itself: then there is nothing to check)
+        with no_leaks(mgr):
+            yield mgr
+    finally:
+        mgr.close()
+    gc.collect()
+    after = live_vulkan_objects()
+    if after != before:
+        raise LeakError(f"Vulkan objects alive after the manager closed: {after} "
+                        f"(before: {before})",
+                        {k: (before[k], after[k]) for k in after if before[k] != after[k]})
+
+
+def _installed(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+if _installed("pytest"):
     import pytest
-except ImportError:  # pragma: no cover - pytest is optional
-    pass
-else:
-    @pytest.fixture
-    def sg_manager() -> Iterator[Manager]:
-        """A Manager on the default device with validation on, leak-checked at teardown
-        (see the module docstring). Activate with `pytest_plugins = ["scopedgpu.testing"]`
-        in your conftest.py."""
-        before = live_vulkan_objects()
-        mgr = Manager(debug=True)
-        try:  # (a test may close the manager itself: then there is nothing to check)
-            with no_leaks(mgr):
-                yield mgr
-        finally:
-            mgr.close()
-        gc.collect()
-        after = live_vulkan_objects()
-        if after != before:
-            raise LeakError(f"Vulkan objects alive after the manager closed: {after} "
-                            f"(before: {before})",
-                            {k: (before[k], after[k]) for k in after if before[k] != after[k]})
+    sg_manager = pytest.fixture(_sg_manager, name="sg_manager")
+    __all__.append("sg_manager")
+    # `pytest_plugins = ["scopedgpu.testing"]` in a conftest (the older way to get the
+    # fixture) loads the whole plugin: --sg-device and the profiles too.
+    pytest_plugins = ["scopedgpu.pytest_plugin"]
+
+if _installed("hypothesis"):
+    __all__.append("LifetimeMachine")
+
+if TYPE_CHECKING:
+    from scopedgpu._lifetime import LifetimeMachine  # noqa: F401
+
+
+def __getattr__(name: str) -> Any:
+    if name == "LifetimeMachine":   # imported on first use: it needs hypothesis
+        from scopedgpu._lifetime import LifetimeMachine
+        return LifetimeMachine
+    raise AttributeError(f"module 'scopedgpu.testing' has no attribute {name!r}")

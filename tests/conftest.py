@@ -24,6 +24,11 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.ge
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+# scopedgpu's pytest plugin (sg_manager, --sg-device, the sg-* profiles): loaded by its
+# entry point where scopedgpu is installed, by this line from a plain checkout (the same
+# name: never twice).
+pytest_plugins = ["scopedgpu.pytest_plugin"]
+
 
 def source_env(**extra: str) -> dict[str, str]:
     """The environment for a child Python process that must import this checkout's

@@ -126,8 +126,8 @@ def test_narrow_push_constant_block_is_a_shader_error(mgr, glsl):
                                              r"and 64-bit"):
         mgr.algorithm([t], glsl(PUSH_F16), push_consts=np.zeros(3, np.float16))
     eight = glsl(PUSH_F16.replace("float16_t c;", "float16_t c; float16_t d;"))
-    with pytest.raises(sg.ShaderError, match="capability StoragePushConstant16|takes 8 bytes "
-                                             "with 16-bit members"):
+    with pytest.raises(sg.ShaderError, match=r"capability StoragePushConstant16|takes 8 bytes "
+                                             r"with 16-bit members"):
         mgr.algorithm([t], eight, push_consts=np.zeros(4, np.float16))
 
 

@@ -1,5 +1,12 @@
-"""scopedgpu.testing: the fixture, no_leaks() and the hypothesis strategies."""
+"""scopedgpu.testing: the fixture and the pytest plugin, no_leaks(), the hypothesis
+strategies (constants fitted to a module's reflection included)."""
 from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -7,8 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import scopedgpu as sg
-from scopedgpu.testing import (ALL_DTYPES, LeakError, arrays, dtypes, no_leaks, shapes,
-                               supported_dtypes, tensors)
+from scopedgpu.testing import (ALL_DTYPES, Binding, Kernel, LeakError, LifetimeMachine, arrays,
+                               dtypes, no_leaks, push_constant_layout, push_constants, shapes,
+                               spec_constant_layout, spec_constants, supported_dtypes, tensors)
 from tests.conftest import source_env
 
 pytest_plugins = ["pytester"]
@@ -108,3 +116,191 @@ def test_fixture_passes_a_clean_test_and_fails_a_leaky_one(pytester, monkeypatch
     res.assert_outcomes(passed=3, errors=1)
     res.stdout.fnmatch_lines(["*ERROR at teardown of test_leaky*",
                               "*LeakError: scopedgpu objects left alive: *tensors 0 -> 1*"])
+
+
+# -- the plugin, loaded with no conftest line --------------------------------------------------
+def _fake_install(tmp_path, monkeypatch):
+    """Declares pyproject's pytest11 entry point in a dist-info on PYTHONPATH, as an
+    installed scopedgpu does (the checkout itself provides the code)."""
+    text = (Path(source_env()["PYTHONPATH"].split(os.pathsep)[0]) / "pyproject.toml").read_text()
+    ep = re.search(r"^\[project\.entry-points\.pytest11\]\n\"?([\w.]+)\"? = \"([\w.]+)\"",
+                   text, re.M)
+    assert ep, "pyproject.toml declares no pytest11 entry point"
+    info = tmp_path / "site" / "scopedgpu_plugin_probe-0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: scopedgpu-plugin-probe\n"
+                                   "Version: 0\n")
+    (info / "entry_points.txt").write_text(f"[pytest11]\n{ep[1]} = {ep[2]}\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path / "site"),
+                                                      source_env()["PYTHONPATH"]]))
+
+
+def test_plugin_gives_the_fixture_option_and_profiles_with_no_conftest(pytester, monkeypatch,
+                                                                       tmp_path):
+    _fake_install(tmp_path, monkeypatch)
+    pytester.makepyfile("""
+        import numpy as np
+        from hypothesis import settings
+        import scopedgpu as sg
+        KEEP = []
+
+        def test_clean(sg_manager):
+            assert sg_manager.device.index == 0
+            t = sg_manager.tensor(np.arange(4, dtype=np.float32))
+            sg_manager.run(sg.OpTensorSyncDevice([t]), sg.OpTensorSyncLocal([t]))
+
+        def test_leaky(sg_manager):
+            KEEP.append(sg_manager.tensor([1.0]))
+
+        def test_profile():
+            assert settings.default.max_examples == 1000
+    """)
+    res = pytester.runpytest_subprocess("-q", "-p", "no:cacheprovider", "--sg-device=0",
+                                        "--hypothesis-profile=sg-long")
+    res.assert_outcomes(passed=3, errors=1)
+    res.stdout.fnmatch_lines(["*ERROR at teardown of test_leaky*",
+                              "*LeakError: scopedgpu objects left alive: *tensors 0 -> 1*"])
+    # HYPOTHESIS_PROFILE names a profile too; --sg-device picks the device
+    monkeypatch.setenv("HYPOTHESIS_PROFILE", "sg-long")
+    res = pytester.runpytest_subprocess("-q", "-p", "no:cacheprovider", "-k", "test_profile")
+    res.assert_outcomes(passed=1)
+    res = pytester.runpytest_subprocess("-q", "-p", "no:cacheprovider", "-k", "test_clean",
+                                        "--sg-device=no such device")
+    res.assert_outcomes(errors=1)
+    res.stdout.fnmatch_lines(["*NoDeviceError*no such device*"])
+
+
+def test_plugin_named_twice_is_loaded_once(pytester, monkeypatch, tmp_path):
+    """The entry point, `-p` and a conftest's pytest_plugins (the module, or the older
+    scopedgpu.testing) together: one registration, no duplicate option."""
+    _fake_install(tmp_path, monkeypatch)
+    pytester.makeconftest('pytest_plugins = ["scopedgpu.testing", "scopedgpu.pytest_plugin"]\n')
+    pytester.makepyfile("def test_one(sg_manager, request):\n"
+                        "    assert request.config.getoption('sg_device') is None\n")
+    res = pytester.runpytest_subprocess("-q", "-p", "no:cacheprovider", "-p",
+                                        "scopedgpu.pytest_plugin")
+    res.assert_outcomes(passed=1)
+
+
+def test_testing_imports_without_pytest_or_hypothesis():
+    code = """
+import sys
+sys.modules["pytest"] = None          # makes `import pytest` fail, as when not installed
+sys.modules["hypothesis"] = None
+ns = {}
+exec("from scopedgpu.testing import *", ns)
+import scopedgpu.testing as t
+assert "sg_manager" not in t.__all__ and "LifetimeMachine" not in t.__all__, t.__all__
+assert "no_leaks" in ns and "Kernel" in ns and "sg_manager" not in ns
+import runpy
+api = runpy.run_path("docs/gen_api.py")["render"]()
+assert "no_leaks" in api
+print("ok")
+"""
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=source_env(), cwd=source_env()["PYTHONPATH"].split(os.pathsep)[0],
+                         timeout=120)
+    assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr
+
+
+# -- push and specialization constants from reflection -----------------------------------------
+CONSTS = """
+#version 450
+layout(local_size_x = 1) in;
+layout(constant_id = 0) const float K = 1.0;
+layout(constant_id = 1) const int L = 2;
+layout(constant_id = 2) const uint N = 3;
+layout(push_constant) uniform P { float a; int b; uvec2 c; float d[2]; } p;
+layout(set = 0, binding = 0) buffer O { uint o[]; };
+void main() {
+    o[0] = floatBitsToUint(p.a); o[1] = uint(p.b); o[2] = p.c.x; o[3] = p.c.y;
+    o[4] = floatBitsToUint(p.d[0]); o[5] = floatBitsToUint(p.d[1]);
+    o[6] = floatBitsToUint(K); o[7] = uint(L); o[8] = N;
+}
+"""
+
+
+def test_constant_layouts_follow_the_module(glsl):
+    spirv = glsl(CONSTS)
+    push = push_constant_layout(spirv)
+    assert [(s.offset, s.kind, s.width) for s in push] == [
+        (0, "float", 32), (4, "int", 32), (8, "uint", 32), (12, "uint", 32),
+        (16, "float", 32), (20, "float", 32)]
+    assert [(s.offset, s.kind) for s in spec_constant_layout(spirv)] == [
+        (0, "float"), (1, "int"), (2, "uint")]
+    assert push_constant_layout(glsl("#version 450\nlayout(local_size_x=1) in;\n"
+                                     "void main() {}\n")) == []
+
+
+@settings(max_examples=15)
+@given(data=st.data())
+def test_constant_strategies_give_values_the_shader_reads(mgr, glsl, data):
+    spirv = glsl(CONSTS)
+    push = data.draw(push_constants(spirv, {1: st.integers(-5, 5)}))
+    spec = data.draw(spec_constants(spirv))
+    assert isinstance(push, bytes) and len(push) == 24     # mixed types: the block's bytes
+    slots = push_constant_layout(spirv)
+    assert -5 <= np.frombuffer(push, np.int32)[1] <= 5
+    with mgr.tensor(np.zeros(9, np.uint32)) as out:
+        with mgr.algorithm([out], spirv, workgroup=(1, 1, 1), spec_consts=spec,
+                           push_consts=push) as algo:
+            mgr.run(sg.OpAlgoDispatch(algo), sg.OpTensorSyncLocal([out]))
+        want = [int(np.frombuffer(push[s.offset:s.offset + 4], s.dtype)[0].view(np.uint32))
+                for s in slots]
+        want += [int(np.float32(spec[0]).view(np.uint32)), spec[1] & 0xFFFFFFFF, spec[2]]
+        assert out.data().tolist() == want
+
+
+@settings(max_examples=5)
+@given(data=st.data())
+def test_one_type_push_constants_come_as_an_array(glsl, data):
+    spirv = glsl("#version 450\nlayout(local_size_x=1) in;\n"
+                 "layout(push_constant) uniform P { float a; vec2 b; } p;\n"
+                 "layout(set=0, binding=0) buffer O { float o[]; };\n"
+                 "void main() { o[0] = p.a + p.b.x + p.b.y; }\n")
+    value = data.draw(push_constants(spirv))
+    assert isinstance(value, np.ndarray) and value.dtype == np.float32 and value.shape == (3,)
+
+
+def test_machine_budget_follows_sg_profiles():
+    from hypothesis import settings as hs
+    before = hs.get_current_profile_name()
+    try:
+        hs.load_profile("sg-long")
+
+        class Long(LifetimeMachine):
+            kernels = [Kernel("k", b"", [Binding("x")], lambda x: None)]
+        hs.load_profile("default")
+
+        class Quick(LifetimeMachine):
+            kernels = Long.kernels
+    finally:
+        hs.load_profile(before)
+    assert (Long.TestCase.settings.max_examples,
+            Long.TestCase.settings.stateful_step_count) == (1000, 50)
+    assert (Quick.TestCase.settings.max_examples,
+            Quick.TestCase.settings.stateful_step_count) == (20, 20)
+    assert Quick.TestCase.settings.deadline is None
+
+
+def test_the_property_test_of_the_docs_runs_under_pytest(pytester, monkeypatch):
+    """docs/testing.md's property test is a test file: pytest collects and passes it
+    (its manager is opened by the test, not at import)."""
+    monkeypatch.setenv("PYTHONPATH", source_env()["PYTHONPATH"])
+    root = Path(source_env()["PYTHONPATH"].split(os.pathsep)[0])
+    blocks = re.findall(r"^```python\n(.*?)^```", (root / "docs" / "testing.md").read_text(),
+                        re.S | re.M)
+    code = next(b for b in blocks if "def test_scale" in b)
+    pytester.makepyfile(test_scale_doc=code)
+    res = pytester.runpytest_subprocess("-q", "-p", "no:cacheprovider")
+    res.assert_outcomes(passed=1)
+
+
+def test_kernel_declarations_are_checked():
+    with pytest.raises(ValueError, match=r"binding 'x' has dims \['m'\]"):
+        Kernel("k", b"", [Binding("x", shape=("m", 2))], lambda x: x)
+    with pytest.raises(ValueError, match="binding names repeat"):
+        Kernel("k", b"", [Binding("x"), Binding("x")], lambda x: x)
+    with pytest.raises(ValueError, match="role must be"):
+        Binding("x", role="output")
+    assert Binding("x", shape=4).shape == (4,)
