@@ -8,7 +8,8 @@
 from __future__ import annotations
 
 from scopedgpu._device import DeviceInfo, devices
-from scopedgpu._errors import (DestroyedError, DeviceError, DtypeWarning, NoDeviceError,
+from scopedgpu._errors import (DestroyedError, DeviceError, DtypeWarning, ForkedError,
+                               NoDeviceError,
                                OutOfMemoryError, ScopedGPUError, ShaderError, ValidationError)
 from scopedgpu._version import __version__
 from scopedgpu.algorithm import Algorithm
@@ -24,5 +25,5 @@ __all__ = [
     "Op", "OpTensorSyncDevice", "OpTensorSyncLocal", "OpAlgoDispatch", "OpTensorCopy", "OpMult",
     "OpMemoryBarrier", "compile_glsl", "live_vulkan_objects",
     "ScopedGPUError", "NoDeviceError", "DeviceError", "OutOfMemoryError", "DestroyedError",
-    "ShaderError", "ValidationError", "DtypeWarning",
+    "ForkedError", "ShaderError", "ValidationError", "DtypeWarning",
 ]

@@ -1,7 +1,9 @@
 """Sequences: recorded operations, submitted to a queue, awaited through a fence."""
 from __future__ import annotations
 
+import logging
 import math
+import time
 import weakref
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +28,11 @@ _ACCESS = {STAGE_COMPUTE: (ACCESS_SHADER_READ, ACCESS_SHADER_WRITE),
            STAGE_TRANSFER: (ACCESS_TRANSFER_READ, ACCESS_TRANSFER_WRITE)}
 # Spin this long on the fence before blocking: a short dispatch completes within it.
 SPIN_NS = 200_000
+# Waits without a limit block in slices this long: between two, a Ctrl-C raises
+# KeyboardInterrupt (Python runs signal handlers only between bytecodes) and a manager
+# closed by another thread is noticed.
+WAIT_SLICE_NS = 50_000_000
+log = logging.getLogger("scopedgpu")
 TIMESTAMP_QUERIES = 64
 _SG_TIMEOUT = lib.SG_TIMEOUT
 _EMPTY: frozenset = frozenset()
@@ -77,12 +84,16 @@ class _SeqHandle(Handle):
         self.owned.clear()
 
     def destroy_now(self, state: _State, closing: bool) -> None:
-        """Destroys the sg_seq, or keeps it for reuse by a new anonymous sequence."""
+        """Destroys the sg_seq, or keeps it for reuse by a new anonymous sequence; one whose
+        submission is not known complete waits in state.limbo (freed by collect())."""
         state.doomed.discard(self)
         seq = self.seq
         if seq is None:
             return   # released once only (close() may sweep it again)
         self.seq = None
+        if not closing and lib.sg_seq_status(seq) != 0:
+            state.limbo.append(seq)
+            return
         if closing or self.nqueries or not state.recycle_seq(seq, self.queue, self.sig):
             # sg_seq_destroy waits for the fence of a submission still pending.
             lib.sg_seq_destroy(seq)
@@ -182,6 +193,8 @@ class Sequence(Child):
         self._ops: list[tuple[Op, Op]] = []      # (op as recorded by the user, op recorded)
         self._dirty = True
         self._running = False
+        self._gen = 0            # submissions so far: a wait completes only its own
+        self._zombie: Handle | None = None   # see destroy()
         self._inflight: frozenset[Handle] = frozenset()
         self._timestamps: list[int] | None = None
         # What eval needs, gathered at record time so that re-evaluation does no more
@@ -318,6 +331,17 @@ class Sequence(Child):
                 self._check()
             if state.garbage or state.running:
                 state.collect()
+            while self._running:
+                # Another thread submitted it since the wait above: wait for that
+                # submission too (a pending command buffer must not be submitted again,
+                # nor its fence reset), without the lock.
+                state.lock.release()
+                try:
+                    self._wait(None)
+                finally:
+                    state.lock.acquire()
+                if self._destroyed:
+                    self._check()
             for obj in self._objs:
                 if obj._destroyed:
                     raise DestroyedError(
@@ -349,6 +373,7 @@ class Sequence(Child):
             self._handle.copies = self._copies  # type: ignore[attr-defined]
             self._inflight = self._rec_inflight
             self._running = True
+            self._gen += 1
             if self._want_timestamps:
                 self._timestamps = None
             state.running[self._ref] = None
@@ -368,38 +393,65 @@ class Sequence(Child):
         return self._wait(timeout)
 
     def _wait(self, timeout: float | None) -> bool:
+        """Waits for the running submission, at most `timeout` seconds (None: no limit), in
+        slices of WAIT_SLICE_NS: Ctrl-C raises KeyboardInterrupt within one slice and
+        leaves the sequence running (it can be awaited again)."""
         if not self._running:
             return True
-        ns = 2**64 - 1 if timeout is None else min(int(timeout * 1e9), 2**64 - 2)
         state = self._state
         handle: _SeqHandle = self._handle  # type: ignore[assignment]
         with state.lock:
             h = handle.seq
             if not self._running or h is None:
                 return True  # completed, or destroyed/closed meanwhile (after its work)
+            gen = self._gen
             handle.waiters += 1
         try:
-            rc = lib.sg_seq_wait(h, ns, SPIN_NS if SPIN_NS < ns else ns)  # GIL, lock released
+            if timeout is None:
+                rc = lib.sg_seq_wait(h, WAIT_SLICE_NS, SPIN_NS)  # GIL, lock released
+                while rc == _SG_TIMEOUT:
+                    if state.abandoned:
+                        break
+                    rc = lib.sg_seq_wait(h, WAIT_SLICE_NS, 0)
+            else:
+                deadline = time.monotonic() + timeout
+                ns = min(int(timeout * 1e9), WAIT_SLICE_NS)
+                rc = lib.sg_seq_wait(h, ns, SPIN_NS if SPIN_NS < ns else ns)
+                while rc == _SG_TIMEOUT and not state.abandoned:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    rc = lib.sg_seq_wait(h, min(int(left * 1e9), WAIT_SLICE_NS), 0)
         finally:
             with state.lock:
                 handle.waiters -= 1
                 if handle.waiters == 0 and handle in state.doomed:
                     handle.destroy_now(state, False)
         if rc == _SG_TIMEOUT:
+            if state.abandoned:
+                raise DestroyedError(
+                    f"{self!r}: its manager was closed while this sequence still ran, and "
+                    f"gave up on it after {state.wait_timeout:g} s (its memory stays "
+                    f"allocated until the process exits)")
             return False
         if rc:
             # The wait failed: not known to be complete, so it still counts as running
             # and what it uses stays allocated (destroy() waits again).
             check(rc, f"waiting for {self!r}")
         with state.lock:
-            self._finish()
+            if self._gen == gen:   # not submitted again by another thread meanwhile
+                self._finish()
             if state.debug:
                 state.check_validation(f"waiting for {self!r}")
         return True
 
     def _wait_locked(self) -> None:
-        """Waits and completes while the caller holds the manager's lock."""
-        rc = lib.sg_seq_wait(self._h, 2**64 - 1, SPIN_NS)
+        """Waits and completes while the caller holds the manager's lock (in slices, so
+        that Ctrl-C raises KeyboardInterrupt and leaves the sequence running)."""
+        h = self._handle.seq  # type: ignore[attr-defined]
+        rc = lib.sg_seq_wait(h, WAIT_SLICE_NS, SPIN_NS)
+        while rc == _SG_TIMEOUT:
+            rc = lib.sg_seq_wait(h, WAIT_SLICE_NS, 0)
         if rc:
             check(rc, f"waiting for {self!r}")   # still running (see _wait)
         self._finish()
@@ -425,6 +477,10 @@ class Sequence(Child):
             self._inflight = _EMPTY
             if state.deferred:
                 state.completed(self)
+            zombie = self._zombie
+            if zombie is not None:   # destroyed while it ran (see destroy())
+                self._zombie = None
+                zombie.release(state, False)
 
     def _record_commands(self) -> None:
         n = len(self._ops)
@@ -480,21 +536,52 @@ class Sequence(Child):
     # -- life ----------------------------------------------------------------------------
     def destroy(self) -> None:
         """Waits for the GPU work of the sequence, then frees its command pool, fence and
-        query pool, and the algorithms built for its ops. Tensors are not freed."""
+        query pool, and the algorithms built for its ops. Tensors are not freed.
+
+        The wait lasts at most the manager's wait_timeout. Work still running then (or a
+        wait the driver failed) leaves the sequence destroyed for the caller, with a
+        warning on the "scopedgpu" logger, but its command buffer, fence and everything
+        its work uses stay allocated until the work completes (freed by a later call of
+        the manager) or until the manager closes. Ctrl-C during the wait raises
+        KeyboardInterrupt and destroys nothing."""
         if self._destroyed:
             return
-        try:
-            if self._running:
-                self._wait(None)
-        finally:
+        state = self._state
+        error: Exception | None = None
+        if self._running:
+            try:
+                done = self._wait(state.wait_timeout)
+            except DestroyedError:
+                return   # the manager closed meanwhile
+            except Exception as exc:   # the wait failed: not known complete
+                done, error = False, exc
+            if not done:
+                self._destroy_running(error)
+                return
+        super().destroy()
+
+    def _destroy_running(self, error: Exception | None) -> None:
+        state = self._state
+        with state.lock:
+            if not self._running or self._destroyed:
+                pass
+            else:
+                if error is None:
+                    log.warning("%r still runs after %g s (wait_timeout): destroyed without "
+                                "freeing its command buffer, fence or the memory its work "
+                                "uses; they are freed once it completes, or kept until the "
+                                "process exits", self, state.wait_timeout)
+                # It stays in state.running, which keeps its releases deferred; collect()
+                # polls its fence through the handle and _finish() releases the handle.
+                self._zombie = self._mark_destroyed()
+                self._forget()
+                if error is not None:
+                    raise error
+                return
+        if not self._destroyed:
             super().destroy()
-            if self._running:
-                # The wait above failed. Destroying the sg_seq waited for its fence
-                # (unless another thread still waits on it: that one completes it).
-                state = self._state
-                with state.lock:
-                    if self._running and self._handle.seq is None:  # type: ignore[attr-defined]
-                        self._finish()
+        if error is not None:
+            raise error
 
     def _forget(self) -> None:
         state = self._state
