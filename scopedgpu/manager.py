@@ -105,6 +105,7 @@ class _State:
         # Closed while GPU work still ran: nothing was freed (see _shutdown).
         self.abandoned = False
         self.wait_timeout = DEFAULT_WAIT_TIMEOUT
+        self.gave_up = False     # close() waited wait_timeout in vain
         self.inst: Any = None
         self.dev: Any = None
         self.info: _device.DeviceInfo = None  # type: ignore[assignment]
@@ -374,7 +375,8 @@ def _abandon(state: _State, still: list[str], why: str) -> None:
     log.warning(
         "closing the manager on %s: %d submission(s) still running %s: %s. Its device, "
         "memory and Vulkan objects stay allocated until the process exits, because the "
-        "GPU may still use them (wait_timeout=, SCOPEDGPU_WAIT_TIMEOUT set the wait).",
+        "GPU may still use them (Manager(wait_timeout=...) or SCOPEDGPU_WAIT_TIMEOUT "
+        "sets how long close and exit wait).",
         state.info.name if state.info else "?", len(still), why, "; ".join(still))
 
 
@@ -401,7 +403,7 @@ def _shutdown(state: _State) -> None:
         still: list[str] = []
         if state.dev is not None:
             try:
-                still = _drain(state, state.wait_timeout)
+                still = _drain(state, 0.0 if state.gave_up else state.wait_timeout)
                 why = f"after {state.wait_timeout:g} s"
             except KeyboardInterrupt as exc:   # at exit or in the collector: give up now
                 interrupted = exc
@@ -578,7 +580,7 @@ class Manager:
         if not st.closed and not st.forked and st.dev is not None:
             with st.lock:
                 if not st.closed and _drain(st, st.wait_timeout):
-                    st.wait_timeout = 0.0   # _shutdown gives up without waiting again
+                    st.gave_up = True   # _shutdown gives up without waiting again
         self._finalizer()
         self._named.clear()
         self._running.clear()

@@ -331,13 +331,17 @@ class Sequence(Child):
                 self._check()
             if state.garbage or state.running:
                 state.collect()
-            while self._running:
-                # Another thread submitted it since the wait above: wait for that
-                # submission too (a pending command buffer must not be submitted again,
-                # nor its fence reset), without the lock.
+            handle: _SeqHandle = self._handle  # type: ignore[assignment]
+            while self._running or handle.waiters:
+                # Another thread submitted it since the wait above, or still waits on its
+                # fence: a pending command buffer must not be submitted again, nor a
+                # fence reset while it is in use or waited on. Wait, without the lock.
                 state.lock.release()
                 try:
-                    self._wait(None)
+                    if self._running:
+                        self._wait(None)
+                    else:
+                        time.sleep(0.0002)   # the waiters are returning
                 finally:
                     state.lock.acquire()
                 if self._destroyed:
