@@ -11,13 +11,13 @@ import numpy as np
 
 FLAG_GLSL = """#version 450
 layout(local_size_x = 64) in;
-layout(set = 0, binding = 0) coherent volatile buffer A { uint a[]; };
+layout(set = 0, binding = 0) volatile buffer A { uint a[]; };
 void main() {
     uint x = gl_GlobalInvocationID.x;
-    if (atomicAdd(a[0], 0u) != 0u) return;
+    if (a[0] != 0u) return;
     for (uint i = 0u; i < 65535u; i++) {
         x = x * 1664525u + 1013904223u; x ^= x >> 13;
-        if ((i & 255u) == 0u && atomicAdd(a[0], 0u) != 0u) break;
+        if ((i & 255u) == 0u && a[0] != 0u) break;
     }
     if (x == 12345u) a[3] = x;
 }
