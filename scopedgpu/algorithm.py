@@ -234,19 +234,29 @@ class Algorithm(Child):
             state.check_open()
             state.collect()
             program = state.get_program(spirv, info, spec)
+            # Ctrl-C may arrive anywhere below: the handle owns the program reference
+            # from here, and the descriptor set as soon as the shim returns it.
+            handle = _AlgoHandle(None, program)
+            out = ffi.new("sg_dset **")
             try:
                 blocks = ffi.new("sg_block *[]", [t._gpu.block.handle for t in tensors] or [ffi.NULL])
                 offsets = ffi.new("uint64_t[]", [t._gpu.offset for t in tensors] or [0])
                 ranges = ffi.new("uint64_t[]", [t.nbytes for t in tensors] or [0])
-                out = ffi.new("sg_dset **")
                 rc = lib.sg_dset_create(state.dev, program.handle, len(tensors), blocks,
                                         offsets, ranges, out)
                 check(rc, f"creating the descriptor set of {what}")
+                handle.dset = out[0]
+                super().__init__(manager, handle)
+                state.algorithms.add(self)
             except BaseException:
-                state.unref_program(program)
+                ref = getattr(self, "_ref", None)
+                if ref is not None:
+                    state.algorithms.refs.pop(ref, None)
+                    state.handles.pop(ref, None)
+                if handle.dset is None and out[0] != ffi.NULL:
+                    handle.dset = out[0]
+                handle.release(state, False)
                 raise
-            super().__init__(manager, _AlgoHandle(out[0], program))
-            state.algorithms.add(self)
             if state.debug:
                 state.check_validation(f"creating {self!r}")
 

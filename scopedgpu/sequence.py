@@ -178,16 +178,30 @@ class Sequence(Child):
             # are reused when there is one (Manager.empty_cache() frees them).
             cache = state.seq_cache.get(queue) if not timestamps else None
             sig = None
-            if cache:
-                h, sig = cache.pop()
-            else:
-                out = ffi.new("sg_seq **")
-                rc = lib.sg_seq_create(state.dev, queue, self._nqueries, out)
-                if rc:
-                    check(rc, f"creating sequence {name!r} on queue {queue}")
-                h = out[0]
-            super().__init__(manager, _SeqHandle(h, queue, self._nqueries, sig))
-            state.sequences.add(self)
+            h = None
+            out = ffi.new("sg_seq **")
+            try:
+                if cache:
+                    h, sig = cache.pop()
+                else:
+                    rc = lib.sg_seq_create(state.dev, queue, self._nqueries, out)
+                    if rc:
+                        check(rc, f"creating sequence {name!r} on queue {queue}")
+                    h = out[0]
+                super().__init__(manager, _SeqHandle(h, queue, self._nqueries, sig))
+                state.sequences.add(self)
+            except BaseException:
+                # Anything (Ctrl-C included) between the shim's return and the end:
+                # free what was made, registered or not.
+                ref = getattr(self, "_ref", None)
+                if ref is not None:
+                    state.sequences.refs.pop(ref, None)
+                    state.handles.pop(ref, None)
+                if h is None and out[0] != ffi.NULL:
+                    h = out[0]
+                if h is not None:
+                    lib.sg_seq_destroy(h)
+                raise
         self._state = state
         self._h = h
         self._ops: list[tuple[Op, Op]] = []      # (op as recorded by the user, op recorded)

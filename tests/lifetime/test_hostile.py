@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 import scopedgpu as sg
-from scopedgpu.manager import shim_live_counts
 
 from lt_shaders import add_one_spirv
 
@@ -106,7 +105,7 @@ def test_one_sequence_evaluated_from_four_threads_is_serialized():
                         seq.eval_await()
                     else:
                         seq.eval()
-            except BaseException as exc:  # noqa: BLE001 - reported below
+            except BaseException as exc:
                 errors.append(exc)
 
         threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
