@@ -505,7 +505,7 @@ class Manager:
     close() (or the end of a `with` block, or interpreter exit) waits for all GPU work and
     then frees everything the manager made. Calls are thread-safe: one lock guards the
     manager's state; sequence fence waits happen outside it (wait_idle() and storage
-    uploads wait under it). A single Sequence should be driven by one thread at a time.
+    uploads wait under it). One Sequence evaluated from several threads is serialized.
     See docs/threads.md.
     """
 
