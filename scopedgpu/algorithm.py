@@ -22,7 +22,7 @@ __all__ = ["Algorithm", "encode_push_consts", "encode_spec_consts"]
 class _AlgoHandle(Handle):
     __slots__ = ("dset", "program")
 
-    def __init__(self, dset: Any, program: _Program):
+    def __init__(self, dset: Any, program: _Program | None):
         self.dset = dset
         self.program: _Program | None = program
 
@@ -233,12 +233,12 @@ class Algorithm(Child):
         with state.lock:
             state.check_open()
             state.collect()
-            program = state.get_program(spirv, info, spec)
             # Ctrl-C may arrive anywhere below: the handle owns the program reference
-            # from here, and the descriptor set as soon as the shim returns it.
-            handle = _AlgoHandle(None, program)
+            # as soon as it is taken, and the descriptor set as soon as the shim returns it.
+            handle = _AlgoHandle(None, None)
             out = ffi.new("sg_dset **")
             try:
+                handle.program = program = state.get_program(spirv, info, spec)
                 blocks = ffi.new("sg_block *[]", [t._gpu.block.handle for t in tensors] or [ffi.NULL])
                 offsets = ffi.new("uint64_t[]", [t._gpu.offset for t in tensors] or [0])
                 ranges = ffi.new("uint64_t[]", [t.nbytes for t in tensors] or [0])

@@ -74,6 +74,12 @@ def wait_timeout_from(value: float | None) -> float:
     return value
 
 
+def _take(out: Any) -> Any:
+    """The handle in an out-parameter, which it clears (a pure-Python call: no signal
+    handler runs between its return and the call it is passed to)."""
+    h, out[0] = out[0], ffi.NULL; return h  # noqa: E702 - one line: never split by Ctrl-C
+
+
 def _env_flag(name: str) -> bool | None:
     v = os.environ.get(name)
     if v is None or v.strip() == "":
@@ -140,6 +146,8 @@ class _State:
         # sg_seqs released while their last submission was not known complete: never
         # freed under the GPU; collect() frees them once their fence signalled.
         self.limbo: list[Any] = []
+        # (sg_seq ** holder, [staging Allocation]) of storage uploads (Manager._upload)
+        self.oneoffs: list[tuple[Any, list[Any]]] = []
         self.programs: dict[tuple, _Program] = {}
         self.unused_programs: OrderedDict[tuple, _Program] = OrderedDict()
         self.reflections: OrderedDict[bytes, ShaderInfo] = OrderedDict()
@@ -165,6 +173,19 @@ class _State:
             return False
         cache.append((h, sig))   # complete: destroy_now checked
         return True
+
+    def finish_oneoffs(self) -> None:
+        """Frees the one-off command buffers (storage uploads) whose work completed, and
+        their staging ranges."""
+        for job in list(self.oneoffs):
+            out, allocs = job
+            if out[0] != ffi.NULL:
+                if lib.sg_seq_status(out[0]) != 0:
+                    continue
+                lib.sg_seq_destroy(_take(out))
+            while allocs:
+                self.pool.free(allocs.pop())
+            self.oneoffs.remove(job)
 
     def drop_seq_cache(self) -> int:
         n = 0
@@ -209,6 +230,8 @@ class _State:
                 h = seq._handle.seq  # type: ignore[attr-defined]
                 if h is not None and lib.sg_seq_status(h) == 0:
                     seq._finish()
+        if self.oneoffs:
+            self.finish_oneoffs()
         if self.limbo:
             for h in list(self.limbo):
                 if lib.sg_seq_status(h) == 0:
@@ -281,20 +304,27 @@ class _State:
             code = ffi.from_buffer("uint32_t[]", bytes(spirv))
             out = ffi.new("sg_program **")
             n = len(ids)
-            rc = lib.sg_program_create(
-                self.dev, code, len(spirv), len(info.bindings), info.push_constant_size, n,
-                ffi.new("uint32_t[]", ids or [0]), ffi.new("uint32_t[]", offsets or [0]),
-                ffi.new("uint32_t[]", sizes or [0]), blob or ffi.NULL, len(blob), out)
-            if rc in (-3, -1000012000, -13):  # INITIALIZATION_FAILED, INVALID_SHADER, UNKNOWN
-                raise ShaderError(f"the driver rejected the shader ({len(spirv)} bytes of "
-                                  f"SPIR-V): {ffi.string(lib.sg_last_call()).decode()} failed")
-            check(rc, "creating a compute pipeline")
-            prog = _Program(out[0], key)
-            self.programs[key] = prog
-            self.check_validation("creating a compute pipeline")
-        self.unused_programs.pop(key, None)
-        prog.refs += 1
-        return prog
+            try:
+                rc = lib.sg_program_create(
+                    self.dev, code, len(spirv), len(info.bindings), info.push_constant_size,
+                    n, ffi.new("uint32_t[]", ids or [0]), ffi.new("uint32_t[]", offsets or [0]),
+                    ffi.new("uint32_t[]", sizes or [0]), blob or ffi.NULL, len(blob), out)
+                if rc in (-3, -1000012000, -13):  # INITIALIZATION_FAILED, INVALID_SHADER, UNKNOWN
+                    raise ShaderError(f"the driver rejected the shader ({len(spirv)} bytes of "
+                                      f"SPIR-V): {ffi.string(lib.sg_last_call()).decode()} "
+                                      "failed")
+                check(rc, "creating a compute pipeline")
+                # Unused until the reference below is taken (empty_cache() frees it).
+                self.programs[key] = self.unused_programs[key] = _Program(out[0], key)
+                self.check_validation("creating a compute pipeline")
+            except BaseException:
+                # Made but never registered (Ctrl-C right after the shim returned).
+                if key not in self.programs and out[0] != ffi.NULL:
+                    lib.sg_program_destroy(_take(out))
+                raise
+            prog = self.programs[key]
+        # One line: an interrupt never falls between taking the reference and returning.
+        self.unused_programs.pop(key, None); prog.refs += 1; return prog  # noqa: E702
 
     def unref_program(self, prog: _Program) -> None:
         prog.refs -= 1
@@ -333,6 +363,9 @@ def _pending(state: _State) -> list[tuple[Any, str]]:
             add(h.seq, "a sequence collected while it ran")
     for h in state.limbo:
         add(h, "a destroyed sequence")
+    for holder, _ in state.oneoffs:
+        if holder[0] != ffi.NULL:
+            add(holder[0], "a storage upload")
     return list(out.values())
 
 
@@ -458,6 +491,10 @@ def _shutdown(state: _State) -> None:
             for h in state.limbo:
                 lib.sg_seq_destroy(h)
             state.limbo.clear()
+            for holder, _ in state.oneoffs:
+                if holder[0] != ffi.NULL:
+                    lib.sg_seq_destroy(_take(holder))
+            state.oneoffs.clear()   # the staging ranges go with the pool
             # Threads still inside a fence wait on a destroyed sequence return at once (the
             # device is idle) and free it; the device must outlive that.
             while state.doomed:
@@ -691,40 +728,37 @@ class Manager:
             self._dtypes_ok.add(dtype)
 
     def _upload(self, tensor: Tensor, array: np.ndarray) -> None:
-        """Writes `array` into a storage tensor through a temporary staging range."""
+        """Writes `array` into a storage tensor through a temporary staging range and a
+        one-off command buffer. Both are registered in state.oneoffs before anything else
+        happens, so that whatever interrupts this (Ctrl-C included) leaves nothing the
+        next collect() (or close()) does not free, and nothing freed under the GPU."""
         st = self._state
-        # All under the lock, the wait included: the staging range and the one-off sequence
-        # are not tracked by close(), which must not destroy the device under them.
+        what = f"uploading {tensor!r}"
+        # All under the lock, the wait included: close() must not destroy the device under
+        # the copy.
         with st.lock:
             st.check_open()
-            stage = st.pool.alloc(array.nbytes, "host")
+            job: tuple[Any, list[Any]] = (ffi.new("sg_seq **"), [])
+            out, allocs = job
+            st.oneoffs.append(job)
             try:
+                allocs.append(st.pool.alloc(array.nbytes, "host"))
+                stage = allocs[0]
                 ffi.memmove(ffi.cast("void *", stage.address), ffi.from_buffer(array),
                             array.nbytes)
-                self._oneoff(lambda h: lib.sg_seq_copy(h, stage.block.handle, stage.offset,
-                                                       tensor._gpu.block.handle,
-                                                       tensor._gpu.offset, array.nbytes),
-                             f"uploading {tensor!r}")
+                check(lib.sg_seq_create(st.dev, 0, 0, out), what)
+                h = out[0]
+                check(lib.sg_seq_begin(h), what)
+                lib.sg_seq_copy(h, stage.block.handle, stage.offset, tensor._gpu.block.handle,
+                                tensor._gpu.offset, array.nbytes)
+                lib.sg_seq_barrier(h, 0x1800, 0x1040, 0x1800, 0x1860)
+                check(lib.sg_seq_end(h), what)
+                check(lib.sg_seq_submit(h), what)
+                # A copy always ends: waited for without slices.
+                check(lib.sg_seq_wait(h, 2**64 - 1, SPIN_NS), what)
             finally:
-                st.pool.free(stage)
-
-    def _oneoff(self, record: Any, what: str) -> None:
-        """Records, submits and waits for a one-off command buffer. The caller holds the
-        lock."""
-        st = self._state
-        out = ffi.new("sg_seq **")
-        check(lib.sg_seq_create(st.dev, 0, 0, out), what)
-        h = out[0]
-        try:
-            check(lib.sg_seq_begin(h), what)
-            record(h)
-            lib.sg_seq_barrier(h, 0x1800, 0x1040, 0x1800, 0x1860)
-            check(lib.sg_seq_end(h), what)
-            check(lib.sg_seq_submit(h), what)
-            check(lib.sg_seq_wait(h, 2**64 - 1, SPIN_NS), what)
-        finally:
-            lib.sg_seq_destroy(h)
-            st.check_validation(what)
+                st.finish_oneoffs()
+                st.check_validation(what)
 
     # -- algorithms and sequences -----------------------------------------------------------
     def algorithm(self, tensors: Seq[Tensor], spirv: bytes, workgroup: Seq[int] | None = None,
