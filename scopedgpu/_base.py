@@ -134,10 +134,22 @@ class Child:
         """Releases the object's resources (after the GPU work that uses them). Idempotent."""
         state = self._mgr._state
         with state.lock:
-            handle = self._mark_destroyed()
-            self._forget()
-            if handle is not None:
-                state.release(handle)
+            handle = None
+            forgotten = False
+            try:
+                handle = self._mark_destroyed()
+                self._forget(); forgotten = True  # noqa: E702 - one line (Ctrl-C)
+            finally:
+                if not forgotten:
+                    self._forget()   # idempotent
+                if handle is not None:
+                    # A Ctrl-C between the two lines below releases it (once) anyway.
+                    released = False
+                    try:
+                        state.release(handle); released = True  # noqa: E702
+                    finally:
+                        if not released:
+                            state.release(handle)
             if state.debug:
                 state.check_validation(f"destroying {self!r}")
 

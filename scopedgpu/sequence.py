@@ -51,7 +51,9 @@ class _SeqHandle(Handle):
         self.queue = queue
         self.nqueries = nqueries
         self.sig = sig    # signature of the commands recorded in seq (None: unknown)
-        self.waiters = 0  # threads inside sg_seq_wait on `seq` (counted under the lock)
+        # Tokens of the threads inside sg_seq_wait on `seq` (a set, not a count: leaving
+        # is idempotent, so an interrupted cleanup can run again)
+        self.waiters: set[object] = set()
         # Host copies (Tensor._read_back) due when the running submission completes. Here
         # rather than on the Sequence: a sequence collected with its manager while it runs
         # is gone when the manager's close() completes its work.
@@ -77,10 +79,7 @@ class _SeqHandle(Handle):
             algo = ref()
             if algo is None:
                 continue   # collected with the sequence: its own release follows
-            h = algo._mark_destroyed()
-            algo._forget()
-            if h is not None:
-                state.release(h)
+            algo.destroy()   # Ctrl-C-safe (Child.destroy)
         self.owned.clear()
 
     def destroy_now(self, state: _State, closing: bool) -> None:
@@ -97,6 +96,35 @@ class _SeqHandle(Handle):
         if closing or self.nqueries or not state.recycle_seq(seq, self.queue, self.sig):
             # sg_seq_destroy waits for the fence of a submission still pending.
             lib.sg_seq_destroy(seq)
+
+
+def _leave(state: _State, handle: _SeqHandle, token: object) -> None:
+    """A thread's fence wait ended: the last waiter frees a handle destroyed meanwhile.
+    Idempotent."""
+    with state.lock:
+        if token in handle.waiters:
+            handle.waiters.discard(token)
+            if not handle.waiters and handle in state.doomed:
+                handle.destroy_now(state, False)
+
+
+def _fence_wait(state: _State, h: Any, timeout: float | None) -> int:
+    """sg_seq_wait for at most `timeout` seconds (None: no limit), in slices of
+    WAIT_SLICE_NS; stops early when the manager gave up on its work (abandoned)."""
+    if timeout is None:
+        rc = lib.sg_seq_wait(h, WAIT_SLICE_NS, SPIN_NS)
+        while rc == _SG_TIMEOUT and not state.abandoned:
+            rc = lib.sg_seq_wait(h, WAIT_SLICE_NS, 0)
+        return rc
+    deadline = time.monotonic() + timeout
+    ns = min(int(timeout * 1e9), WAIT_SLICE_NS)
+    rc = lib.sg_seq_wait(h, ns, SPIN_NS if SPIN_NS < ns else ns)
+    while rc == _SG_TIMEOUT and not state.abandoned:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        rc = lib.sg_seq_wait(h, min(int(left * 1e9), WAIT_SLICE_NS), 0)
+    return rc
 
 
 class _Recorder:
@@ -418,33 +446,21 @@ class Sequence(Child):
             return True
         state = self._state
         handle: _SeqHandle = self._handle  # type: ignore[assignment]
-        with state.lock:
-            h = handle.seq
-            if not self._running or h is None:
-                return True  # completed, or destroyed/closed meanwhile (after its work)
-            gen = self._gen
-            handle.waiters += 1
+        token = object()
         try:
-            if timeout is None:
-                rc = lib.sg_seq_wait(h, WAIT_SLICE_NS, SPIN_NS)  # GIL, lock released
-                while rc == _SG_TIMEOUT:
-                    if state.abandoned:
-                        break
-                    rc = lib.sg_seq_wait(h, WAIT_SLICE_NS, 0)
-            else:
-                deadline = time.monotonic() + timeout
-                ns = min(int(timeout * 1e9), WAIT_SLICE_NS)
-                rc = lib.sg_seq_wait(h, ns, SPIN_NS if SPIN_NS < ns else ns)
-                while rc == _SG_TIMEOUT and not state.abandoned:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        break
-                    rc = lib.sg_seq_wait(h, min(int(left * 1e9), WAIT_SLICE_NS), 0)
+            try:
+                with state.lock:
+                    h = handle.seq
+                    if not self._running or h is None:
+                        return True  # completed, or destroyed/closed meanwhile
+                    gen = self._gen
+                    handle.waiters.add(token)
+                rc = _fence_wait(state, h, timeout)   # GIL and lock released
+            finally:
+                _leave(state, handle, token)
         finally:
-            with state.lock:
-                handle.waiters -= 1
-                if handle.waiters == 0 and handle in state.doomed:
-                    handle.destroy_now(state, False)
+            if token in handle.waiters:   # the cleanup above was interrupted
+                _leave(state, handle, token)
         if rc == _SG_TIMEOUT:
             if state.abandoned:
                 raise DestroyedError(
@@ -479,26 +495,38 @@ class Sequence(Child):
         OpTensorSyncLocal, timestamps, then the releases that waited for this fence."""
         if not self._running:
             return
-        self._running = False
-        state = self._state
+        retired = False
         try:
-            self._handle.complete()  # type: ignore[attr-defined]
-            if self._want_timestamps and self._h is not None:  # None: destroyed (destroy())
-                n = len(self._ops) + 1
-                buf = ffi.new("uint64_t[]", n)
-                check(lib.sg_seq_timestamps(self._h, n, buf), f"reading timestamps of {self!r}")
-                period = state.info.timestamp_period
-                self._timestamps = [int(buf[i] * period) for i in range(n)]
+            try:
+                self._running = False
+                self._handle.complete()  # type: ignore[attr-defined]
+                if self._want_timestamps and self._h is not None:  # None: destroyed
+                    n = len(self._ops) + 1
+                    buf = ffi.new("uint64_t[]", n)
+                    check(lib.sg_seq_timestamps(self._h, n, buf),
+                          f"reading timestamps of {self!r}")
+                    period = self._state.info.timestamp_period
+                    self._timestamps = [int(buf[i] * period) for i in range(n)]
+            finally:
+                self._retire(); retired = True  # noqa: E702 - one line (see below)
         finally:
-            state.running.pop(self._ref, None)
-            self._mgr._running.discard(self)
-            self._inflight = _EMPTY
-            if state.deferred:
-                state.completed(self)
-            zombie = self._zombie
-            if zombie is not None:   # destroyed while it ran (see destroy())
-                self._zombie = None
-                zombie.release(state, False)
+            if not retired:   # the cleanup above was interrupted (Ctrl-C): run it again
+                self._retire()
+
+    def _retire(self) -> None:
+        """Leaves the running set and does the releases that waited for this fence.
+        Safe to run again."""
+        state = self._state
+        self._running = False
+        state.running.pop(self._ref, None)
+        self._mgr._running.discard(self)
+        self._inflight = _EMPTY
+        if state.deferred:
+            state.completed(self)
+        zombie = self._zombie
+        if zombie is not None:   # destroyed while it ran (see destroy())
+            self._zombie = None
+            zombie.release(state, False)
 
     def _record_commands(self) -> None:
         n = len(self._ops)
