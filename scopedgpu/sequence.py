@@ -599,12 +599,18 @@ class Sequence(Child):
                 done = self._wait(state.wait_timeout)
             except DestroyedError:
                 return   # the manager closed meanwhile
-            except Exception as exc:   # the wait failed: not known complete
-                done, error = False, exc
+            except Exception as exc:   # the wait failed: wait once more, then raise it
+                error = exc
+                try:
+                    done = self._wait(state.wait_timeout)
+                except Exception:
+                    done = False
             if not done:
                 self._destroy_running(error)
                 return
         super().destroy()
+        if error is not None:
+            raise error
 
     def _destroy_running(self, error: Exception | None) -> None:
         state = self._state
