@@ -8,12 +8,13 @@
 from __future__ import annotations
 
 from scopedgpu._device import DeviceInfo, devices
-from scopedgpu._errors import (DestroyedError, DeviceError, DtypeWarning, NoDeviceError,
+from scopedgpu._errors import (DestroyedError, DeviceError, DtypeWarning, ForkedError,
+                               NoDeviceError,
                                OutOfMemoryError, ScopedGPUError, ShaderError, ValidationError)
 from scopedgpu._version import __version__
 from scopedgpu.algorithm import Algorithm
 from scopedgpu.glsl import compile_glsl
-from scopedgpu.manager import Manager, live_vulkan_objects
+from scopedgpu.manager import Manager, abandoned_managers, live_vulkan_objects
 from scopedgpu.ops import (Op, OpAlgoDispatch, OpMemoryBarrier, OpMult, OpTensorCopy,
                            OpTensorSyncDevice, OpTensorSyncLocal)
 from scopedgpu.sequence import Sequence
@@ -23,6 +24,7 @@ __all__ = [
     "__version__", "devices", "DeviceInfo", "Manager", "Tensor", "Algorithm", "Sequence",
     "Op", "OpTensorSyncDevice", "OpTensorSyncLocal", "OpAlgoDispatch", "OpTensorCopy", "OpMult",
     "OpMemoryBarrier", "compile_glsl", "live_vulkan_objects",
+    "abandoned_managers",
     "ScopedGPUError", "NoDeviceError", "DeviceError", "OutOfMemoryError", "DestroyedError",
-    "ShaderError", "ValidationError", "DtypeWarning",
+    "ForkedError", "ShaderError", "ValidationError", "DtypeWarning",
 ]

@@ -5,12 +5,27 @@ import itertools
 import weakref
 from typing import TYPE_CHECKING, Any
 
-from scopedgpu._errors import DestroyedError
+from scopedgpu._errors import DestroyedError, ForkedError
 
 if TYPE_CHECKING:
     from scopedgpu.manager import Manager
 
 _ids = itertools.count(1)
+
+# What to do instead of copying or pickling an object that owns a GPU handle: a copy
+# would share the handle, and destroying either would leave the other on freed memory.
+COPY_HINTS = {
+    "tensor": "create a new tensor from its data with mgr.tensor(t.numpy()), or on the "
+              "device with OpTensorCopy([t, mgr.empty(t.shape, t.dtype)])",
+    "algorithm": "create another one with mgr.algorithm(algo.tensors, spirv, ...)",
+    "sequence": "create a new one with mgr.sequence() and record the operations into it",
+    "manager": "open another one with sg.Manager(...) (in another process, open it there)",
+}
+
+
+def refuse_copy(obj: object, what: str, how: str) -> TypeError:
+    return TypeError(f"{obj!r} cannot be {how}: it owns GPU resources that a copy would "
+                     f"share. Instead, {COPY_HINTS[what]}.")
 
 
 class Handle:
@@ -88,9 +103,25 @@ class Child:
 
     def _check(self) -> None:
         if self._destroyed:
-            why = "its manager was closed" if self._mgr._state.closed else "destroy() was called"
+            state = self._mgr._state
+            if state.forked:
+                raise ForkedError(
+                    f"{self!r} cannot be used in this process: its manager was created "
+                    f"in the parent process (pid {state.pid}) before os.fork(), and GPU "
+                    f"objects do not survive a fork. Create a new Manager in this process.")
+            why = "its manager was closed" if state.closed else "destroy() was called"
             raise DestroyedError(
                 f"{self!r} cannot be used: {why}. Create a new {self._what} instead.")
+
+    # A copy would share the handle: destroying one would free what the other uses.
+    def __copy__(self) -> Any:
+        raise refuse_copy(self, self._what, "copied")
+
+    def __deepcopy__(self, memo: Any) -> Any:
+        raise refuse_copy(self, self._what, "copied")
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        raise refuse_copy(self, self._what, "pickled")
 
     def _mark_destroyed(self) -> Handle | None:
         """Marks the object destroyed; returns its handle if the caller must release it."""
@@ -103,10 +134,22 @@ class Child:
         """Releases the object's resources (after the GPU work that uses them). Idempotent."""
         state = self._mgr._state
         with state.lock:
-            handle = self._mark_destroyed()
-            self._forget()
-            if handle is not None:
-                state.release(handle)
+            handle = None
+            forgotten = False
+            try:
+                handle = self._mark_destroyed()
+                self._forget(); forgotten = True  # noqa: E702 - one line (Ctrl-C)
+            finally:
+                if not forgotten:
+                    self._forget()   # idempotent
+                if handle is not None:
+                    # A Ctrl-C between the two lines below releases it (once) anyway.
+                    released = False
+                    try:
+                        state.release(handle); released = True  # noqa: E702
+                    finally:
+                        if not released:
+                            state.release(handle)
             if state.debug:
                 state.check_validation(f"destroying {self!r}")
 

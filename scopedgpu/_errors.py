@@ -8,7 +8,7 @@ from scopedgpu._ffi import ffi, lib
 
 __all__ = [
     "ScopedGPUError", "NoDeviceError", "DeviceError", "OutOfMemoryError", "DestroyedError",
-    "ShaderError", "ValidationError", "DtypeWarning", "check", "result_name",
+    "ForkedError", "ShaderError", "ValidationError", "DtypeWarning", "check", "result_name",
 ]
 
 
@@ -36,6 +36,11 @@ class OutOfMemoryError(DeviceError, MemoryError):
 
 class DestroyedError(ScopedGPUError):
     """An object was used after destroy() or after its manager closed."""
+
+
+class ForkedError(DestroyedError):
+    """A manager, or an object made on it, was used in a child process after os.fork():
+    GPU objects belong to the process that created them."""
 
 
 class ShaderError(ScopedGPUError, ValueError):

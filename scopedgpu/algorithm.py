@@ -24,7 +24,7 @@ __all__ = ["Algorithm", "encode_push_consts", "encode_spec_consts"]
 class _AlgoHandle(Handle):
     __slots__ = ("dset", "program")
 
-    def __init__(self, dset: Any, program: _Program):
+    def __init__(self, dset: Any, program: _Program | None):
         self.dset = dset
         self.program: _Program | None = program
 
@@ -294,23 +294,30 @@ class Algorithm(Child):
             state.collect()
             if state.debug:
                 state.stale_validation(f"creating {what}")
+            # Ctrl-C may arrive anywhere below: the handle owns the program reference
+            # as soon as it is taken, and the descriptor set as soon as the shim returns it.
+            handle = _AlgoHandle(None, None)
+            out = ffi.new("sg_dset **")
             try:
-                program = state.get_program(spirv, info, spec, len(tensors))
-                try:
-                    blocks = ffi.new("sg_block *[]",
-                                     [t._gpu.block.handle for t in tensors] or [ffi.NULL])
-                    offsets = ffi.new("uint64_t[]", [t._gpu.offset for t in tensors] or [0])
-                    ranges = ffi.new("uint64_t[]", [t.nbytes for t in tensors] or [0])
-                    out = ffi.new("sg_dset **")
-                    rc = lib.sg_dset_create(state.dev, program.handle, len(tensors), blocks,
-                                            offsets, ranges, out)
-                    check(rc, f"creating the descriptor set of {what}")
-                except BaseException:
-                    state.unref_program(program)
-                    raise
-                super().__init__(manager, _AlgoHandle(out[0], program))
+                handle.program = program = state.get_program(spirv, info, spec, len(tensors))
+                blocks = ffi.new("sg_block *[]",
+                                 [t._gpu.block.handle for t in tensors] or [ffi.NULL])
+                offsets = ffi.new("uint64_t[]", [t._gpu.offset for t in tensors] or [0])
+                ranges = ffi.new("uint64_t[]", [t.nbytes for t in tensors] or [0])
+                rc = lib.sg_dset_create(state.dev, program.handle, len(tensors), blocks,
+                                        offsets, ranges, out)
+                check(rc, f"creating the descriptor set of {what}")
+                handle.dset = out[0]
+                super().__init__(manager, handle)
                 state.algorithms.add(self)
             except BaseException as exc:
+                ref = getattr(self, "_ref", None)
+                if ref is not None:
+                    state.algorithms.refs.pop(ref, None)
+                    state.handles.pop(ref, None)
+                if handle.dset is None and out[0] != ffi.NULL:
+                    handle.dset = out[0]
+                handle.release(state, False)
                 if state.debug:
                     state.validation_failed(exc, f"creating {what}")
                 raise

@@ -16,15 +16,15 @@ from typing import Any, Sequence as Seq
 import numpy as np
 
 from scopedgpu import _device, _errors
-from scopedgpu._base import ChildSet, Handle
-from scopedgpu._errors import DestroyedError, ShaderError, ValidationError, check
+from scopedgpu._base import ChildSet, Handle, refuse_copy
+from scopedgpu._errors import DestroyedError, ForkedError, ShaderError, ValidationError, check
 from scopedgpu._ffi import ffi, lib
 from scopedgpu._pool import IMPORT_MIN, Pool
 from scopedgpu._spirv import ShaderInfo, reflect
 from scopedgpu._spirv_val import check_module
 from scopedgpu.algorithm import Algorithm, _AlgoHandle
 from scopedgpu.ops import Op
-from scopedgpu.sequence import SPIN_NS, Sequence, _SeqHandle
+from scopedgpu.sequence import SPIN_NS, WAIT_SLICE_NS, Sequence, _SeqHandle
 from scopedgpu.tensor import KINDS, Tensor, aligned_empty, dtype_feature
 
 __all__ = ["Manager"]
@@ -38,12 +38,49 @@ _LIVE_NAMES = ("instances", "devices", "buffers", "memory_blocks", "shader_modul
 UNUSED_PROGRAMS_KEPT = 64
 # Command pool + command buffer + fence sets kept per queue for reuse by new sequences.
 SEQUENCES_KEPT = 16
+# Seconds close(), Sequence.destroy(), the collector and interpreter exit wait for GPU
+# work before they give up on it (Manager(wait_timeout=...), SCOPEDGPU_WAIT_TIMEOUT).
+DEFAULT_WAIT_TIMEOUT = 10.0
+_SG_TIMEOUT = lib.SG_TIMEOUT
+
+# Every manager state of this process (see _after_fork), and those of managers closed
+# while GPU work still ran: kept, with their device and memory, until the process exits.
+_STATES: weakref.WeakSet[_State] = weakref.WeakSet()
+_ABANDONED: list[_State] = []
 
 
 def shim_live_counts(dev: Any = None) -> dict[str, int]:
     buf = ffi.new("int64_t[]", lib.SG_LIVE_COUNT)
     lib.sg_live_counts(dev if dev is not None else ffi.NULL, buf)
     return {name: int(buf[i]) for i, name in enumerate(_LIVE_NAMES)}
+
+
+def wait_timeout_from(value: float | None) -> float:
+    """The wait timeout: the argument, else SCOPEDGPU_WAIT_TIMEOUT, else the default."""
+    where = "wait_timeout"
+    if value is None:
+        env = os.environ.get("SCOPEDGPU_WAIT_TIMEOUT", "").strip()
+        if not env:
+            return DEFAULT_WAIT_TIMEOUT
+        where = f"SCOPEDGPU_WAIT_TIMEOUT={env!r}"
+        try:
+            value = float(env)
+        except ValueError:
+            raise ValueError(f"{where}: expected a number of seconds (e.g. 10 or 0.5)") \
+                from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"wait_timeout must be a number of seconds, not {value!r}")
+    value = float(value)
+    if not value >= 0 or value == float("inf"):
+        raise ValueError(f"{where}: the wait timeout must be a finite number of seconds "
+                         f">= 0, not {value!r}")
+    return value
+
+
+def _take(out: Any) -> Any:
+    """The handle in an out-parameter, which it clears (a pure-Python call: no signal
+    handler runs between its return and the call it is passed to)."""
+    h, out[0] = out[0], ffi.NULL; return h  # noqa: E702 - one line: never split by Ctrl-C
 
 
 def _env_flag(name: str) -> bool | None:
@@ -87,6 +124,13 @@ class _State:
     def __init__(self) -> None:
         self.lock = threading.RLock()
         self.closed = False
+        self.pid = os.getpid()
+        # Set in a child process after os.fork(): nothing inherited may reach Vulkan.
+        self.forked = False
+        # Closed while GPU work still ran: nothing was freed (see _shutdown).
+        self.abandoned = False
+        self.wait_timeout = DEFAULT_WAIT_TIMEOUT
+        self.gave_up = False     # close() waited wait_timeout in vain
         self.inst: Any = None
         self.dev: Any = None
         self.info: _device.DeviceInfo = None  # type: ignore[assignment]
@@ -118,6 +162,11 @@ class _State:
         # Sequence handles destroyed while another thread waits on their fence; the last
         # waiter frees them.
         self.doomed: set[Handle] = set()
+        # sg_seqs released while their last submission was not known complete: never
+        # freed under the GPU; collect() frees them once their fence signalled.
+        self.limbo: list[Any] = []
+        # (sg_seq ** holder, [staging Allocation]) of storage uploads (Manager._upload)
+        self.oneoffs: list[tuple[Any, list[Any]]] = []
         self.programs: dict[tuple, _Program] = {}
         self.unused_programs: OrderedDict[tuple, _Program] = OrderedDict()
         self.reflections: OrderedDict[bytes, ShaderInfo] = OrderedDict()
@@ -141,10 +190,21 @@ class _State:
         cache = self.seq_cache.setdefault(queue, [])
         if len(cache) >= SEQUENCES_KEPT or self.closed:
             return False
-        if lib.sg_seq_wait(h, 2**64 - 1, 0) != 0:
-            return False
-        cache.append((h, sig))
+        cache.append((h, sig))   # complete: destroy_now checked
         return True
+
+    def finish_oneoffs(self) -> None:
+        """Frees the one-off command buffers (storage uploads) whose work completed, and
+        their staging ranges."""
+        for job in list(self.oneoffs):
+            out, allocs = job
+            if out[0] != ffi.NULL:
+                if lib.sg_seq_status(out[0]) != 0:
+                    continue
+                lib.sg_seq_destroy(_take(out))
+            while allocs:
+                self.pool.free(allocs.pop())
+            self.oneoffs.remove(job)
 
     def drop_seq_cache(self) -> int:
         n = 0
@@ -158,6 +218,11 @@ class _State:
     # -- safe points ------------------------------------------------------------------
     def check_open(self) -> None:
         if self.closed:
+            if self.forked:
+                raise ForkedError(
+                    f"this manager was created in the parent process (pid {self.pid}) "
+                    "before os.fork(); GPU objects do not survive a fork, so it cannot be "
+                    "used in the child. Create a new Manager in this process.")
             raise DestroyedError("the manager is closed: create a new Manager")
 
     def running_seqs(self) -> list[Sequence]:
@@ -179,9 +244,18 @@ class _State:
         if self.running:
             for seq in self.running_seqs():
                 # An error (not known to be complete) leaves it running: the next wait
-                # on it reports the error.
-                if seq._h is not None and lib.sg_seq_status(seq._h) == 0:
+                # on it reports the error. (_handle.seq, not _h: a sequence destroyed
+                # while it ran keeps its sg_seq until it completes; see Sequence.destroy.)
+                h = seq._handle.seq  # type: ignore[attr-defined]
+                if h is not None and lib.sg_seq_status(h) == 0:
                     seq._finish()
+        if self.oneoffs:
+            self.finish_oneoffs()
+        if self.limbo:
+            for h in list(self.limbo):
+                if lib.sg_seq_status(h) == 0:
+                    self.limbo.remove(h)
+                    lib.sg_seq_destroy(h)
 
     def release(self, handle: Handle) -> None:
         """Releases now, or once every running sequence that uses the handle completed."""
@@ -288,31 +362,39 @@ class _State:
             code = ffi.from_buffer("uint32_t[]", bytes(spirv))
             out = ffi.new("sg_program **")
             n = len(ids)
-            rc = lib.sg_program_create(
-                self.dev, code, len(spirv), nbindings, info.push_constant_size, n,
-                ffi.new("uint32_t[]", ids or [0]), ffi.new("uint32_t[]", offsets or [0]),
-                ffi.new("uint32_t[]", sizes or [0]), blob or ffi.NULL, len(blob), out)
             try:
-                if rc in (-3, -1000012000, -13):  # INITIALIZATION_FAILED, INVALID_SHADER, UNKNOWN
-                    raise ShaderError(f"the driver rejected the shader ({len(spirv)} bytes "
-                                      f"of SPIR-V): {ffi.string(lib.sg_last_call()).decode()} "
-                                      "failed")
-                check(rc, "creating a compute pipeline")
-            except BaseException as exc:
-                self.validation_failed(exc, "creating a compute pipeline")
-                raise
-            try:
-                self.check_validation("creating a compute pipeline")
+                rc = lib.sg_program_create(
+                    self.dev, code, len(spirv), nbindings, info.push_constant_size, n,
+                    ffi.new("uint32_t[]", ids or [0]), ffi.new("uint32_t[]", offsets or [0]),
+                    ffi.new("uint32_t[]", sizes or [0]), blob or ffi.NULL, len(blob), out)
+                try:
+                    if rc in (-3, -1000012000, -13):  # INITIALIZATION_FAILED, INVALID_SHADER, UNKNOWN
+                        raise ShaderError(f"the driver rejected the shader ({len(spirv)} bytes "
+                                          f"of SPIR-V): {ffi.string(lib.sg_last_call()).decode()} "
+                                          "failed")
+                    check(rc, "creating a compute pipeline")
+                except BaseException as exc:
+                    self.validation_failed(exc, "creating a compute pipeline")
+                    raise
+                # Unused until the reference below is taken (empty_cache() frees it).
+                self.programs[key] = self.unused_programs[key] = _Program(out[0], key)
+                try:
+                    self.check_validation("creating a compute pipeline")
+                except BaseException:
+                    # Not cached: the same shader must raise again, not reuse a pipeline the
+                    # layer rejected.
+                    self.programs.pop(key, None)
+                    self.unused_programs.pop(key, None)
+                    lib.sg_program_destroy(_take(out))
+                    raise
             except BaseException:
-                # Not cached: the same shader must raise again, not reuse a pipeline the
-                # layer rejected.
-                lib.sg_program_destroy(out[0])
+                # Made but never registered (Ctrl-C right after the shim returned).
+                if key not in self.programs and out[0] != ffi.NULL:
+                    lib.sg_program_destroy(_take(out))
                 raise
-            prog = _Program(out[0], key)
-            self.programs[key] = prog
-        self.unused_programs.pop(key, None)
-        prog.refs += 1
-        return prog
+            prog = self.programs[key]
+        # One line: an interrupt never falls between taking the reference and returning.
+        self.unused_programs.pop(key, None); prog.refs += 1; return prog  # noqa: E702
 
     def unref_program(self, prog: _Program) -> None:
         prog.refs -= 1
@@ -335,15 +417,109 @@ class _State:
         return n
 
 
+def _pending(state: _State) -> list[tuple[Any, str]]:
+    """Every sg_seq whose last submission may still run, with a label for the log."""
+    out: dict[int, tuple[Any, str]] = {}
+
+    def add(h: Any, label: str) -> None:
+        if h is not None:
+            out.setdefault(int(ffi.cast("uintptr_t", h)), (h, label))
+
+    for seq in state.running_seqs():
+        add(seq._handle.seq, repr(seq))  # type: ignore[attr-defined]
+    for h in itertools.chain(state.garbage, state.handles.values(), state.doomed,
+                             (h for _, h in state.deferred)):
+        if isinstance(h, _SeqHandle):
+            add(h.seq, "a sequence collected while it ran")
+    for h in state.limbo:
+        add(h, "a destroyed sequence")
+    for holder, _ in state.oneoffs:
+        if holder[0] != ffi.NULL:
+            add(holder[0], "a storage upload")
+    return list(out.values())
+
+
+def _drain(state: _State, timeout: float | None) -> list[str]:
+    """Waits, at most `timeout` seconds in all (None: no limit), for every submission
+    that may still run; returns the labels of those still running. Waits in slices, so
+    that Ctrl-C raises KeyboardInterrupt within one slice (nothing is changed then)."""
+    pending = _pending(state)
+    if not pending:
+        return []
+    deadline = None if timeout is None else time.monotonic() + timeout
+    still = []
+    for h, label in pending:
+        while True:
+            ns = WAIT_SLICE_NS
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                ns = max(0, min(ns, int(left * 1e9)))
+            # A failed wait (device lost) ends the wait too: nothing will complete it.
+            if lib.sg_seq_wait(h, ns, 0) != _SG_TIMEOUT:
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                still.append(label)
+                break
+    return still
+
+
+def _abandon(state: _State, still: list[str], why: str) -> None:
+    """Closes a manager whose GPU work did not complete: every object is marked destroyed,
+    but nothing is freed (the GPU may still use any of it; Vulkan forbids destroying a
+    device with work pending). The device, its memory and Vulkan objects stay allocated
+    until the process exits; live_vulkan_objects() still counts them."""
+    state.abandoned = True
+    for group in (state.sequences, state.algorithms, state.tensors):
+        for obj in list(group):
+            obj._mark_destroyed()
+        group.clear()
+    state.named.clear()
+    _ABANDONED.append(state)
+    log.warning(
+        "closing the manager on %s: %d submission(s) still running %s: %s. Its device, "
+        "memory and Vulkan objects stay allocated until the process exits, because the "
+        "GPU may still use them (Manager(wait_timeout=...) or SCOPEDGPU_WAIT_TIMEOUT "
+        "sets how long close and exit wait).",
+        state.info.name if state.info else "?", len(still), why, "; ".join(still))
+
+
+def abandoned_managers() -> int:
+    """How many managers of this process were closed while GPU work still ran, and so
+    keep their device and memory until the process exits (see Manager.close)."""
+    return len(_ABANDONED)
+
+
 def _shutdown(state: _State) -> None:
-    """Closes a manager: waits for all GPU work, then destroys sequences, algorithms,
-    tensors, pipelines, memory blocks, the device and the instance, children first.
-    Runs at most once (it is the manager's weakref.finalize callback)."""
+    """Closes a manager: waits for all GPU work (at most state.wait_timeout seconds), then
+    destroys sequences, algorithms, tensors, pipelines, memory blocks, the device and the
+    instance, children first. Work still running after the wait is abandoned, not freed
+    (see _abandon). Runs at most once (it is the manager's weakref.finalize callback)."""
     with state.lock:
         if state.closed:
             return
-        state.closed = True
+        if state.forked:
+            # Inherited across os.fork(): these Vulkan objects are the parent's. No
+            # Vulkan call, no wait on the parent's device.
+            state.closed = True
+            return
+        interrupted: BaseException | None = None
+        still: list[str] = []
         if state.dev is not None:
+            try:
+                still = _drain(state, 0.0 if state.gave_up else state.wait_timeout)
+                why = f"after {state.wait_timeout:g} s"
+            except KeyboardInterrupt as exc:   # at exit or in the collector: give up now
+                interrupted = exc
+                still = _drain(state, 0.0)
+                why = "when KeyboardInterrupt stopped the wait"
+        state.closed = True
+        if still:
+            _abandon(state, still, why)
+            if interrupted is not None:
+                raise interrupted
+            return
+        if state.dev is not None:
+            # Every known submission completed above: this returns at once.
             lib.sg_device_wait_idle(state.dev)
             for seq in state.running_seqs():
                 try:
@@ -382,6 +558,13 @@ def _shutdown(state: _State) -> None:
             state.handles.clear()
             state.named.clear()
             state.drop_seq_cache()
+            for h in state.limbo:
+                lib.sg_seq_destroy(h)
+            state.limbo.clear()
+            for holder, _ in state.oneoffs:
+                if holder[0] != ffi.NULL:
+                    lib.sg_seq_destroy(_take(holder))
+            state.oneoffs.clear()   # the staging ranges go with the pool
             # Threads still inside a fence wait on a destroyed sequence return at once (the
             # device is idle) and free it; the device must outlive that.
             while state.doomed:
@@ -406,26 +589,36 @@ def _shutdown(state: _State) -> None:
         if state.inst is not None:
             lib.sg_instance_destroy(state.inst)
             state.inst = None
+        if interrupted is not None:
+            raise interrupted
 
 
 class Manager:
     """One Vulkan device and everything made on it.
 
-    Manager(device=None, *, debug=None, memory_limit=None): `device` is an index, a
-    case-insensitive name substring, or None for the best device (discrete > integrated >
-    virtual > cpu; SCOPEDGPU_DEVICE overrides). debug=True (or SCOPEDGPU_DEBUG=1) turns on
-    the Khronos validation layer; its errors raise ValidationError from the call that
-    caused them. memory_limit (or SCOPEDGPU_MEMORY_LIMIT) caps the bytes of the tensor pool.
+    Manager(device=None, *, debug=None, memory_limit=None, wait_timeout=None): `device` is
+    an index, a case-insensitive name substring, or None for the best device (discrete >
+    integrated > virtual > cpu; SCOPEDGPU_DEVICE overrides). debug=True (or
+    SCOPEDGPU_DEBUG=1) turns on the Khronos validation layer; its errors raise
+    ValidationError from the call that caused them. memory_limit (or
+    SCOPEDGPU_MEMORY_LIMIT) caps the bytes of the tensor pool. wait_timeout (or
+    SCOPEDGPU_WAIT_TIMEOUT; default 10 seconds) bounds how long close(),
+    Sequence.destroy(), the collector and interpreter exit wait for GPU work that may
+    never end (see close()).
+
+    A Manager cannot be copied or pickled (TypeError). After os.fork() it is unusable in
+    the child (ForkedError); the child may open a Manager of its own.
 
     close() (or the end of a `with` block, or interpreter exit) waits for all GPU work and
     then frees everything the manager made. Calls are thread-safe: one lock guards the
     manager's state; sequence fence waits happen outside it (wait_idle() and storage
-    uploads wait under it). A single Sequence should be driven by one thread at a time.
+    uploads wait under it). One Sequence evaluated from several threads is serialized.
     See docs/threads.md.
     """
 
     def __init__(self, device: int | str | None = None, *, debug: bool | None = None,
-                 memory_limit: int | None = None):
+                 memory_limit: int | None = None, wait_timeout: float | None = None):
+        timeout = wait_timeout_from(wait_timeout)
         _device.load_vulkan()
         if debug is None:
             debug = bool(_env_flag("SCOPEDGPU_DEBUG"))
@@ -435,13 +628,19 @@ class Manager:
         elif memory_limit is not None:
             memory_limit = _bytes_limit(memory_limit, "memory_limit")
         state = _State()
+        state.wait_timeout = timeout
+        _STATES.add(state)
         self._state = state
         self._named: dict[str, Sequence] = {}   # keeps named sequences until deleted
         self._running: set[Sequence] = set()    # keeps running sequences (see _State.running)
         # Registered first, so that whatever is created below is freed on failure too.
         self._finalizer = weakref.finalize(self, _shutdown, state)
+        # The out-parameters are made before the calls that fill them, so that an
+        # exception arriving between a call's return and the store below (Ctrl-C)
+        # still finds, and frees, what the call made.
+        out = ffi.new("sg_instance **")
+        dout = ffi.new("sg_device **")
         try:
-            out = ffi.new("sg_instance **")
             rc = lib.sg_instance_create(1 if debug else 0, out)
             if rc == lib.SG_ERR_NO_LAYER:
                 log.warning("debug=True, but the Khronos validation layer is not installed "
@@ -459,7 +658,6 @@ class Manager:
             if state.debug:
                 _errors.debug_states.add(state)
             info = _device.choose_device(_device.enumerate_devices(state.inst), device)
-            dout = ffi.new("sg_device **")
             check(lib.sg_device_create(state.inst, info.index, min(info.queue_count, 8), dout),
                   f"creating a logical device on {info.name}")
             state.dev = dout[0]
@@ -467,6 +665,10 @@ class Manager:
             state.pool = Pool(state.dev, info, memory_limit, on_oom=state.collect)
             state.check_validation(f"opening {info.name}")
         except BaseException:
+            if state.inst is None and out[0] != ffi.NULL:
+                state.inst = out[0]
+            if state.dev is None and dout[0] != ffi.NULL:
+                state.dev = dout[0]
             self._finalizer()
             raise
         self._nqueues = lib.sg_device_queue_count(state.dev)
@@ -476,7 +678,19 @@ class Manager:
     def close(self) -> None:
         """Waits for all GPU work, then destroys every sequence, algorithm and tensor of
         this manager, its pipelines and memory, and the device. Idempotent. data() arrays
-        stay valid."""
+        stay valid.
+
+        The wait lasts at most `wait_timeout` seconds. Work still running then is given
+        up on: the manager closes (every object is destroyed for the caller), a warning
+        on the "scopedgpu" logger names what still runs, and the device, its memory and
+        Vulkan objects stay allocated until the process exits, since the GPU may still
+        use them. Ctrl-C during the wait raises KeyboardInterrupt and leaves the
+        manager open."""
+        st = self._state
+        if not st.closed and not st.forked and st.dev is not None:
+            with st.lock:
+                if not st.closed and _drain(st, st.wait_timeout):
+                    st.gave_up = True   # _shutdown gives up without waiting again
         self._finalizer()
         self._named.clear()
         self._running.clear()
@@ -502,6 +716,23 @@ class Manager:
     def debug(self) -> bool:
         """True when the validation layer is on for this manager."""
         return self._state.debug
+
+    @property
+    def wait_timeout(self) -> float:
+        """Seconds close(), Sequence.destroy(), the collector and interpreter exit wait
+        for GPU work before giving up on it (Manager(wait_timeout=...), or
+        SCOPEDGPU_WAIT_TIMEOUT; default 10)."""
+        return self._state.wait_timeout
+
+    # A copy would share the device: closing one would destroy what the other uses.
+    def __copy__(self) -> Any:
+        raise refuse_copy(self, "manager", "copied")
+
+    def __deepcopy__(self, memo: Any) -> Any:
+        raise refuse_copy(self, "manager", "copied")
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        raise refuse_copy(self, "manager", "pickled")
 
     def __repr__(self) -> str:
         st = self._state
@@ -584,43 +815,40 @@ class Manager:
             self._dtypes_ok.add(dtype)
 
     def _upload(self, tensor: Tensor, array: np.ndarray) -> None:
-        """Writes `array` into a storage tensor through a temporary staging range."""
+        """Writes `array` into a storage tensor through a temporary staging range and a
+        one-off command buffer. Both are registered in state.oneoffs before anything else
+        happens, so that whatever interrupts this (Ctrl-C included) leaves nothing the
+        next collect() (or close()) does not free, and nothing freed under the GPU."""
         st = self._state
-        # All under the lock, the wait included: the staging range and the one-off sequence
-        # are not tracked by close(), which must not destroy the device under them.
+        what = f"uploading {tensor!r}"
+        # All under the lock, the wait included: close() must not destroy the device under
+        # the copy.
         with st.lock:
             st.check_open()
-            stage = st.pool.alloc(array.nbytes, "host")
+            job: tuple[Any, list[Any]] = (ffi.new("sg_seq **"), [])
+            out, allocs = job
+            st.oneoffs.append(job)
             try:
+                allocs.append(st.pool.alloc(array.nbytes, "host"))
+                stage = allocs[0]
                 ffi.memmove(ffi.cast("void *", stage.address), ffi.from_buffer(array),
                             array.nbytes)
-                self._oneoff(lambda h: lib.sg_seq_copy(h, stage.block.handle, stage.offset,
-                                                       tensor._gpu.block.handle,
-                                                       tensor._gpu.offset, array.nbytes),
-                             f"uploading {tensor!r}")
-            finally:
-                st.pool.free(stage)
-
-    def _oneoff(self, record: Any, what: str) -> None:
-        """Records, submits and waits for a one-off command buffer. The caller holds the
-        lock."""
-        st = self._state
-        out = ffi.new("sg_seq **")
-        check(lib.sg_seq_create(st.dev, 0, 0, out), what)
-        h = out[0]
-        try:
-            check(lib.sg_seq_begin(h), what)
-            record(h)
-            lib.sg_seq_barrier(h, 0x1800, 0x1040, 0x1800, 0x1860)
-            check(lib.sg_seq_end(h), what)
-            check(lib.sg_seq_submit(h), what)
-            check(lib.sg_seq_wait(h, 2**64 - 1, SPIN_NS), what)
-        except BaseException as exc:
-            lib.sg_seq_destroy(h)
-            st.validation_failed(exc, what)
-            raise
-        lib.sg_seq_destroy(h)
-        st.check_validation(what)
+                check(lib.sg_seq_create(st.dev, 0, 0, out), what)
+                h = out[0]
+                check(lib.sg_seq_begin(h), what)
+                lib.sg_seq_copy(h, stage.block.handle, stage.offset, tensor._gpu.block.handle,
+                                tensor._gpu.offset, array.nbytes)
+                lib.sg_seq_barrier(h, 0x1800, 0x1040, 0x1800, 0x1860)
+                check(lib.sg_seq_end(h), what)
+                check(lib.sg_seq_submit(h), what)
+                # A copy always ends: waited for without slices.
+                check(lib.sg_seq_wait(h, 2**64 - 1, SPIN_NS), what)
+            except BaseException as exc:
+                st.finish_oneoffs()
+                st.validation_failed(exc, what)
+                raise
+            st.finish_oneoffs()
+            st.check_validation(what)
 
     # -- algorithms and sequences -----------------------------------------------------------
     def algorithm(self, tensors: Seq[Tensor], spirv: bytes, workgroup: Seq[int] | None = None,
@@ -745,13 +973,16 @@ class Manager:
 
     def wait_idle(self) -> None:
         """Waits until the device has finished all submitted work, and completes every
-        running sequence."""
+        running sequence. Ctrl-C raises KeyboardInterrupt within 100 ms; what still
+        runs then stays running."""
         st = self._open()
         with st.lock:
             st.check_open()
             # Under the lock: vkDeviceWaitIdle needs "host access to all VkQueue objects
             # created from device" externally synchronized, and a sequence submitted by
-            # another thread after the wait must not be marked complete below.
+            # another thread after the wait must not be marked complete below. The fences
+            # first, in slices (vkDeviceWaitIdle cannot be interrupted).
+            _drain(st, None)
             rc = lib.sg_device_wait_idle(st.dev)
             check(rc, "waiting for the device to be idle")
             st.collect()
@@ -764,3 +995,25 @@ def live_vulkan_objects() -> dict[str, int]:
     """Process-wide live Vulkan objects held by the shim, over all managers."""
     return shim_live_counts(None)
 
+
+
+def _after_fork() -> None:
+    """In the child of os.fork(): every inherited manager becomes unusable (ForkedError),
+    and nothing inherited reaches Vulkan, not even at exit: the Vulkan objects belong to
+    the parent, and the child's copy of the driver's state is not to be trusted."""
+    for state in list(_STATES):
+        state.forked = True
+        state.closed = True
+        # Another thread of the parent may have held it at the fork.
+        state.lock = threading.RLock()
+        for group in (state.sequences, state.algorithms, state.tensors):
+            for obj in list(group):
+                obj._destroyed = True
+    _ABANDONED.clear()
+    # The host-copy threads of the parent do not exist in the child.
+    from scopedgpu import tensor
+    tensor._copier = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)

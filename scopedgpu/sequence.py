@@ -1,8 +1,10 @@
 """Sequences: recorded operations, submitted to a queue, awaited through a fence."""
 from __future__ import annotations
 
+import logging
 import math
 import numbers
+import time
 import weakref
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +29,11 @@ _ACCESS = {STAGE_COMPUTE: (ACCESS_SHADER_READ, ACCESS_SHADER_WRITE),
            STAGE_TRANSFER: (ACCESS_TRANSFER_READ, ACCESS_TRANSFER_WRITE)}
 # Spin this long on the fence before blocking: a short dispatch completes within it.
 SPIN_NS = 200_000
+# Waits without a limit block in slices this long: between two, a Ctrl-C raises
+# KeyboardInterrupt (Python runs signal handlers only between bytecodes) and a manager
+# closed by another thread is noticed.
+WAIT_SLICE_NS = 50_000_000
+log = logging.getLogger("scopedgpu")
 TIMESTAMP_QUERIES = 64
 _SG_TIMEOUT = lib.SG_TIMEOUT
 _EMPTY: frozenset = frozenset()
@@ -45,7 +52,9 @@ class _SeqHandle(Handle):
         self.queue = queue
         self.nqueries = nqueries
         self.sig = sig    # signature of the commands recorded in seq (None: unknown)
-        self.waiters = 0  # threads inside sg_seq_wait on `seq` (counted under the lock)
+        # Tokens of the threads inside sg_seq_wait on `seq` (a set, not a count: leaving
+        # is idempotent, so an interrupted cleanup can run again)
+        self.waiters: set[object] = set()
         # Host copies (Tensor._read_back) due when the running submission completes. Here
         # rather than on the Sequence: a sequence collected with its manager while it runs
         # is gone when the manager's close() completes its work.
@@ -71,22 +80,52 @@ class _SeqHandle(Handle):
             algo = ref()
             if algo is None:
                 continue   # collected with the sequence: its own release follows
-            h = algo._mark_destroyed()
-            algo._forget()
-            if h is not None:
-                state.release(h)
+            algo.destroy()   # Ctrl-C-safe (Child.destroy)
         self.owned.clear()
 
     def destroy_now(self, state: _State, closing: bool) -> None:
-        """Destroys the sg_seq, or keeps it for reuse by a new anonymous sequence."""
+        """Destroys the sg_seq, or keeps it for reuse by a new anonymous sequence; one whose
+        submission is not known complete waits in state.limbo (freed by collect())."""
         state.doomed.discard(self)
         seq = self.seq
         if seq is None:
             return   # released once only (close() may sweep it again)
         self.seq = None
+        if not closing and lib.sg_seq_status(seq) != 0:
+            state.limbo.append(seq)
+            return
         if closing or self.nqueries or not state.recycle_seq(seq, self.queue, self.sig):
             # sg_seq_destroy waits for the fence of a submission still pending.
             lib.sg_seq_destroy(seq)
+
+
+def _leave(state: _State, handle: _SeqHandle, token: object) -> None:
+    """A thread's fence wait ended: the last waiter frees a handle destroyed meanwhile.
+    Idempotent."""
+    with state.lock:
+        if token in handle.waiters:
+            handle.waiters.discard(token)
+            if not handle.waiters and handle in state.doomed:
+                handle.destroy_now(state, False)
+
+
+def _fence_wait(state: _State, h: Any, timeout: float | None) -> int:
+    """sg_seq_wait for at most `timeout` seconds (None: no limit), in slices of
+    WAIT_SLICE_NS; stops early when the manager gave up on its work (abandoned)."""
+    if timeout is None:
+        rc = lib.sg_seq_wait(h, WAIT_SLICE_NS, SPIN_NS)
+        while rc == _SG_TIMEOUT and not state.abandoned:
+            rc = lib.sg_seq_wait(h, WAIT_SLICE_NS, 0)
+        return rc
+    deadline = time.monotonic() + timeout
+    ns = min(int(timeout * 1e9), WAIT_SLICE_NS)
+    rc = lib.sg_seq_wait(h, ns, SPIN_NS if SPIN_NS < ns else ns)
+    while rc == _SG_TIMEOUT and not state.abandoned:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        rc = lib.sg_seq_wait(h, min(int(left * 1e9), WAIT_SLICE_NS), 0)
+    return rc
 
 
 class _Recorder:
@@ -168,21 +207,37 @@ class Sequence(Child):
             # are reused when there is one (Manager.empty_cache() frees them).
             cache = state.seq_cache.get(queue) if not timestamps else None
             sig = None
-            if cache:
-                h, sig = cache.pop()
-            else:
-                out = ffi.new("sg_seq **")
-                rc = lib.sg_seq_create(state.dev, queue, self._nqueries, out)
-                if rc:
-                    check(rc, f"creating sequence {name!r} on queue {queue}")
-                h = out[0]
-            super().__init__(manager, _SeqHandle(h, queue, self._nqueries, sig))
-            state.sequences.add(self)
+            h = None
+            out = ffi.new("sg_seq **")
+            try:
+                if cache:
+                    h, sig = cache.pop()
+                else:
+                    rc = lib.sg_seq_create(state.dev, queue, self._nqueries, out)
+                    if rc:
+                        check(rc, f"creating sequence {name!r} on queue {queue}")
+                    h = out[0]
+                super().__init__(manager, _SeqHandle(h, queue, self._nqueries, sig))
+                state.sequences.add(self)
+            except BaseException:
+                # Anything (Ctrl-C included) between the shim's return and the end:
+                # free what was made, registered or not.
+                ref = getattr(self, "_ref", None)
+                if ref is not None:
+                    state.sequences.refs.pop(ref, None)
+                    state.handles.pop(ref, None)
+                if h is None and out[0] != ffi.NULL:
+                    h = out[0]
+                if h is not None:
+                    lib.sg_seq_destroy(h)
+                raise
         self._state = state
         self._h = h
         self._ops: list[tuple[Op, Op]] = []      # (op as recorded by the user, op recorded)
         self._dirty = True
         self._running = False
+        self._gen = 0            # submissions so far: a wait completes only its own
+        self._zombie: Handle | None = None   # see destroy()
         self._inflight: frozenset[Handle] = frozenset()
         self._timestamps: list[int] | None = None
         self._nts = 0    # timestamps the command buffer writes (its last recording)
@@ -320,6 +375,21 @@ class Sequence(Child):
                 self._check()
             if state.garbage or state.running:
                 state.collect()
+            handle: _SeqHandle = self._handle  # type: ignore[assignment]
+            while self._running or handle.waiters:
+                # Another thread submitted it since the wait above, or still waits on its
+                # fence: a pending command buffer must not be submitted again, nor a
+                # fence reset while it is in use or waited on. Wait, without the lock.
+                state.lock.release()
+                try:
+                    if self._running:
+                        self._wait(None)
+                    else:
+                        time.sleep(0.0002)   # the waiters are returning
+                finally:
+                    state.lock.acquire()
+                if self._destroyed:
+                    self._check()
             for obj in self._objs:
                 if obj._destroyed:
                     raise DestroyedError(
@@ -351,6 +421,7 @@ class Sequence(Child):
             self._handle.copies = self._copies  # type: ignore[attr-defined]
             self._inflight = self._rec_inflight
             self._running = True
+            self._gen += 1
             if self._want_timestamps:
                 self._timestamps = None
             state.running[self._ref] = None
@@ -377,38 +448,53 @@ class Sequence(Child):
         return self._wait(timeout)
 
     def _wait(self, timeout: float | None) -> bool:
+        """Waits for the running submission, at most `timeout` seconds (None: no limit), in
+        slices of WAIT_SLICE_NS: Ctrl-C raises KeyboardInterrupt within one slice and
+        leaves the sequence running (it can be awaited again)."""
         if not self._running:
             return True
-        ns = 2**64 - 1 if timeout is None else min(int(timeout * 1e9), 2**64 - 2)
         state = self._state
         handle: _SeqHandle = self._handle  # type: ignore[assignment]
-        with state.lock:
-            h = handle.seq
-            if not self._running or h is None:
-                return True  # completed, or destroyed/closed meanwhile (after its work)
-            handle.waiters += 1
+        token = object()
         try:
-            rc = lib.sg_seq_wait(h, ns, SPIN_NS if SPIN_NS < ns else ns)  # GIL, lock released
+            try:
+                with state.lock:
+                    h = handle.seq
+                    if not self._running or h is None:
+                        return True  # completed, or destroyed/closed meanwhile
+                    gen = self._gen
+                    handle.waiters.add(token)
+                rc = _fence_wait(state, h, timeout)   # GIL and lock released
+            finally:
+                _leave(state, handle, token)
         finally:
-            with state.lock:
-                handle.waiters -= 1
-                if handle.waiters == 0 and handle in state.doomed:
-                    handle.destroy_now(state, False)
+            if token in handle.waiters:   # the cleanup above was interrupted
+                _leave(state, handle, token)
         if rc == _SG_TIMEOUT:
+            if state.abandoned:
+                raise DestroyedError(
+                    f"{self!r}: its manager was closed while this sequence still ran, and "
+                    f"gave up on it after {state.wait_timeout:g} s (its memory stays "
+                    f"allocated until the process exits)")
             return False
         if rc:
             # The wait failed: not known to be complete, so it still counts as running
             # and what it uses stays allocated (destroy() waits again).
             check(rc, f"waiting for {self!r}")
         with state.lock:
-            self._finish()
+            if self._gen == gen:   # not submitted again by another thread meanwhile
+                self._finish()
             if state.debug:
                 state.check_validation(f"waiting for {self!r}")
         return True
 
     def _wait_locked(self) -> None:
-        """Waits and completes while the caller holds the manager's lock."""
-        rc = lib.sg_seq_wait(self._h, 2**64 - 1, SPIN_NS)
+        """Waits and completes while the caller holds the manager's lock (in slices, so
+        that Ctrl-C raises KeyboardInterrupt and leaves the sequence running)."""
+        h = self._handle.seq  # type: ignore[attr-defined]
+        rc = lib.sg_seq_wait(h, WAIT_SLICE_NS, SPIN_NS)
+        while rc == _SG_TIMEOUT:
+            rc = lib.sg_seq_wait(h, WAIT_SLICE_NS, 0)
         if rc:
             check(rc, f"waiting for {self!r}")   # still running (see _wait)
         self._finish()
@@ -418,23 +504,39 @@ class Sequence(Child):
         OpTensorSyncLocal, timestamps, then the releases that waited for this fence."""
         if not self._running:
             return
-        self._running = False
-        state = self._state
+        retired = False
         try:
-            self._handle.complete()  # type: ignore[attr-defined]
-            if self._want_timestamps and self._h is not None:  # None: destroyed (destroy())
-                # As many as the recording wrote: ops recorded while it ran have none yet.
-                n = self._nts
-                buf = ffi.new("uint64_t[]", n)
-                check(lib.sg_seq_timestamps(self._h, n, buf), f"reading timestamps of {self!r}")
-                period = state.info.timestamp_period
-                self._timestamps = [int(buf[i] * period) for i in range(n)]
+            try:
+                self._running = False
+                self._handle.complete()  # type: ignore[attr-defined]
+                if self._want_timestamps and self._h is not None:  # None: destroyed
+                    # As many as the recording wrote: ops recorded while it ran have none.
+                    n = self._nts
+                    buf = ffi.new("uint64_t[]", n)
+                    check(lib.sg_seq_timestamps(self._h, n, buf),
+                          f"reading timestamps of {self!r}")
+                    period = self._state.info.timestamp_period
+                    self._timestamps = [int(buf[i] * period) for i in range(n)]
+            finally:
+                self._retire(); retired = True  # noqa: E702 - one line (see below)
         finally:
-            state.running.pop(self._ref, None)
-            self._mgr._running.discard(self)
-            self._inflight = _EMPTY
-            if state.deferred:
-                state.completed(self)
+            if not retired:   # the cleanup above was interrupted (Ctrl-C): run it again
+                self._retire()
+
+    def _retire(self) -> None:
+        """Leaves the running set and does the releases that waited for this fence.
+        Safe to run again."""
+        state = self._state
+        self._running = False
+        state.running.pop(self._ref, None)
+        self._mgr._running.discard(self)
+        self._inflight = _EMPTY
+        if state.deferred:
+            state.completed(self)
+        zombie = self._zombie
+        if zombie is not None:   # destroyed while it ran (see destroy())
+            self._zombie = None
+            zombie.release(state, False)
 
     def _record_commands(self) -> None:
         n = len(self._ops)
@@ -491,21 +593,58 @@ class Sequence(Child):
     # -- life ----------------------------------------------------------------------------
     def destroy(self) -> None:
         """Waits for the GPU work of the sequence, then frees its command pool, fence and
-        query pool, and the algorithms built for its ops. Tensors are not freed."""
+        query pool, and the algorithms built for its ops. Tensors are not freed.
+
+        The wait lasts at most the manager's wait_timeout. Work still running then (or a
+        wait the driver failed) leaves the sequence destroyed for the caller, with a
+        warning on the "scopedgpu" logger, but its command buffer, fence and everything
+        its work uses stay allocated until the work completes (freed by a later call of
+        the manager) or until the manager closes. Ctrl-C during the wait raises
+        KeyboardInterrupt and destroys nothing."""
         if self._destroyed:
             return
-        try:
-            if self._running:
-                self._wait(None)
-        finally:
+        state = self._state
+        error: Exception | None = None
+        if self._running:
+            try:
+                done = self._wait(state.wait_timeout)
+            except DestroyedError:
+                return   # the manager closed meanwhile
+            except Exception as exc:   # the wait failed: wait once more, then raise it
+                error = exc
+                try:
+                    done = self._wait(state.wait_timeout)
+                except Exception:
+                    done = False
+            if not done:
+                self._destroy_running(error)
+                return
+        super().destroy()
+        if error is not None:
+            raise error
+
+    def _destroy_running(self, error: Exception | None) -> None:
+        state = self._state
+        with state.lock:
+            if not self._running or self._destroyed:
+                pass
+            else:
+                if error is None:
+                    log.warning("%r still runs after %g s (wait_timeout): destroyed without "
+                                "freeing its command buffer, fence or the memory its work "
+                                "uses; they are freed once it completes, or kept until the "
+                                "process exits", self, state.wait_timeout)
+                # It stays in state.running, which keeps its releases deferred; collect()
+                # polls its fence through the handle and _finish() releases the handle.
+                self._zombie = self._mark_destroyed()
+                self._forget()
+                if error is not None:
+                    raise error
+                return
+        if not self._destroyed:
             super().destroy()
-            if self._running:
-                # The wait above failed. Destroying the sg_seq waited for its fence
-                # (unless another thread still waits on it: that one completes it).
-                state = self._state
-                with state.lock:
-                    if self._running and self._handle.seq is None:  # type: ignore[attr-defined]
-                        self._finish()
+        if error is not None:
+            raise error
 
     def _forget(self) -> None:
         state = self._state

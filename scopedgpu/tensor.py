@@ -153,22 +153,28 @@ class Tensor(Child):
             if kind == "device" and nbytes <= SMALL_LIMIT:
                 # The common small case (tensor churn): a device range and a staging range
                 # in one pool call, and Child.__init__ inlined.
-                gpu, stage = state.pool.alloc_pair(nbytes)
-                handle.gpu = self._gpu = gpu
-                handle.stage = self._stage = self._mapped = stage
-                self._zero_copy = False
-                self._mgr = manager
-                self._id = next(_ids)
-                self._destroyed = False
-                self._handle = handle
-                ref: weakref.ref[Any] = weakref.ref(self, state.unreachable)
-                self._ref = ref
-                state.handles[ref] = handle
-                state.tensors.refs[ref] = None
+                pair = None
+                try:
+                    pair = state.pool.alloc_pair(nbytes)
+                    handle.gpu, handle.stage = pair
+                    self._gpu, self._stage = pair
+                    self._mapped = self._stage
+                    self._zero_copy = False
+                    self._mgr = manager
+                    self._id = next(_ids)
+                    self._destroyed = False
+                    self._handle = handle
+                    ref: weakref.ref[Any] = weakref.ref(self, state.unreachable)
+                    self._ref = ref
+                    state.handles[ref] = handle
+                    state.tensors.refs[ref] = None
+                except BaseException:
+                    self._unmake(state, handle, pair)
+                    raise
                 return
             pool = state.pool
-            handle.gpu = pool.alloc(nbytes, "host" if kind == "host" else "device")
             try:
+                handle.gpu = pool.alloc(nbytes, "host" if kind == "host" else "device")
                 if kind == "device" and handle.stage is None:
                     if pool.import_align and pool.can_import(self._nbytes):
                         # The host copy itself becomes the staging memory: no memcpy in
@@ -183,27 +189,43 @@ class Tensor(Child):
                             handle.host = array
                     if handle.stage is None:
                         handle.stage = pool.alloc(self._nbytes, "host")
+                super().__init__(manager, handle)
+                state.tensors.add(self)
+                self._gpu = handle.gpu
+                self._stage = handle.stage
+                # Zero-copy: the sync ops' DMA reads and writes data() itself.
+                self._zero_copy = handle.host is not None
+                # Host-visible range the sync ops copy through: staging, or the tensor
+                # itself.
+                self._mapped = handle.stage if kind == "device" else (
+                    handle.gpu if kind == "host" else None)
+                if kind == "host":
+                    # under the lock: a concurrent close() would unmap the memory
+                    self._to_mapped()
             except BaseException:
-                pool.free(handle.gpu)
+                self._unmake(state, handle, None)
                 raise
-            super().__init__(manager, handle)
-            state.tensors.add(self)
-            self._gpu = handle.gpu
-            self._stage = handle.stage
-            # Zero-copy: the sync ops' DMA reads and writes data() itself.
-            self._zero_copy = handle.host is not None
-            # Host-visible range the sync ops copy through: staging, or the tensor itself.
-            self._mapped = handle.stage if kind == "device" else (
-                handle.gpu if kind == "host" else None)
-            if kind == "host":
-                # under the lock: a concurrent close() would unmap the memory
-                self._to_mapped()
         if kind == "storage":
             try:
                 manager._upload(self, array)
             except BaseException:
                 self.destroy()
                 raise
+
+    def _unmake(self, state: _State, handle: _TensorHandle, pair: Any) -> None:
+        """Creation failed (any exception, Ctrl-C included): frees what was made, whether
+        the handle was registered yet or not. The lock is held."""
+        ref = getattr(self, "_ref", None)
+        if ref is not None:
+            state.handles.pop(ref, None)
+            state.tensors.refs.pop(ref, None)
+        self._destroyed = True
+        if handle.gpu is None and pair is not None:
+            handle.gpu, handle.stage = pair
+        stage = handle.stage
+        if stage is not None and stage.block.sub is None and handle.host is None:
+            handle.host = self._host   # an import made just before the interrupt
+        handle.release(state, False)
 
     # -- properties -------------------------------------------------------------
     @property
