@@ -198,6 +198,8 @@ class _State:
         their staging ranges."""
         for job in list(self.oneoffs):
             out, allocs = job
+            if out[0] == ffi.NULL and not allocs:
+                continue   # nothing made yet (the pool calls back here while _upload allocates)
             if out[0] != ffi.NULL:
                 if lib.sg_seq_status(out[0]) != 0:
                     continue
@@ -362,35 +364,30 @@ class _State:
             code = ffi.from_buffer("uint32_t[]", bytes(spirv))
             out = ffi.new("sg_program **")
             n = len(ids)
+            # One try, no nested one: a KeyboardInterrupt delivered at a nested `try:` line
+            # escaped this handler (seen with sys.settrace on CPython 3.11).
             try:
                 rc = lib.sg_program_create(
                     self.dev, code, len(spirv), nbindings, info.push_constant_size, n,
                     ffi.new("uint32_t[]", ids or [0]), ffi.new("uint32_t[]", offsets or [0]),
                     ffi.new("uint32_t[]", sizes or [0]), blob or ffi.NULL, len(blob), out)
-                try:
-                    if rc in (-3, -1000012000, -13):  # INITIALIZATION_FAILED, INVALID_SHADER, UNKNOWN
-                        raise ShaderError(f"the driver rejected the shader ({len(spirv)} bytes "
-                                          f"of SPIR-V): {ffi.string(lib.sg_last_call()).decode()} "
-                                          "failed")
-                    check(rc, "creating a compute pipeline")
-                except BaseException as exc:
-                    self.validation_failed(exc, "creating a compute pipeline")
-                    raise
+                if rc in (-3, -1000012000, -13):  # INITIALIZATION_FAILED, INVALID_SHADER, UNKNOWN
+                    raise ShaderError(f"the driver rejected the shader ({len(spirv)} bytes "
+                                      f"of SPIR-V): {ffi.string(lib.sg_last_call()).decode()} "
+                                      "failed")
+                check(rc, "creating a compute pipeline")
                 # Unused until the reference below is taken (empty_cache() frees it).
                 self.programs[key] = self.unused_programs[key] = _Program(out[0], key)
-                try:
-                    self.check_validation("creating a compute pipeline")
-                except BaseException:
-                    # Not cached: the same shader must raise again, not reuse a pipeline the
-                    # layer rejected.
-                    self.programs.pop(key, None)
-                    self.unused_programs.pop(key, None)
+                self.check_validation("creating a compute pipeline")
+            except BaseException as exc:
+                # Made but rejected by the layer (not cached: the same shader must raise
+                # again), or made and not yet registered (Ctrl-C right after the shim
+                # returned): destroyed. Nothing else can hold it: the lock is ours.
+                self.programs.pop(key, None)
+                self.unused_programs.pop(key, None)
+                if out[0] != ffi.NULL:
                     lib.sg_program_destroy(_take(out))
-                    raise
-            except BaseException:
-                # Made but never registered (Ctrl-C right after the shim returned).
-                if key not in self.programs and out[0] != ffi.NULL:
-                    lib.sg_program_destroy(_take(out))
+                self.validation_failed(exc, "creating a compute pipeline")
                 raise
             prog = self.programs[key]
         # One line: an interrupt never falls between taking the reference and returning.
@@ -827,6 +824,8 @@ class Manager:
             st.check_open()
             job: tuple[Any, list[Any]] = (ffi.new("sg_seq **"), [])
             out, allocs = job
+            # Jobs that made nothing were interrupted before their first step: forgotten.
+            st.oneoffs[:] = [j for j in st.oneoffs if j[0][0] != ffi.NULL or j[1]]
             st.oneoffs.append(job)
             try:
                 allocs.append(st.pool.alloc(array.nbytes, "host"))
