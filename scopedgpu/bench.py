@@ -755,7 +755,11 @@ def cmd_multi_device(args: argparse.Namespace) -> int:
     cmd = [sys.executable, str(script), *(["--quick"] if args.quick else []),
            *(["--json", args.json] if args.json else []),
            *(["--devices", str(args.device)] if args.device is not None else [])]
-    return subprocess.run(cmd).returncode
+    # The script imports this very package, installed or not (a source checkout).
+    env = dict(os.environ)
+    pkg_parent = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_parent, env.get("PYTHONPATH")) if p)
+    return subprocess.run(cmd, env=env).returncode
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
