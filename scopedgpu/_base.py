@@ -134,24 +134,31 @@ class Child:
         """Releases the object's resources (after the GPU work that uses them). Idempotent."""
         state = self._mgr._state
         with state.lock:
-            handle = None
-            forgotten = False
-            try:
-                handle = self._mark_destroyed()
-                self._forget(); forgotten = True  # noqa: E702 - one line (Ctrl-C)
-            finally:
-                if not forgotten:
-                    self._forget()   # idempotent
-                if handle is not None:
-                    # A Ctrl-C between the two lines below releases it (once) anyway.
-                    released = False
-                    try:
-                        state.release(handle); released = True  # noqa: E702
-                    finally:
-                        if not released:
-                            state.release(handle)
+            self._release_now()
             if state.debug:
                 state.check_validation(f"destroying {self!r}")
+
+    def _release_now(self) -> None:
+        """destroy() without its validation check, for the manager's own cleanup
+        (collect(), close(), a sequence destroying the algorithms it built), where a
+        message of the layer must not abort the cleanup halfway. The caller holds the lock."""
+        state = self._mgr._state
+        handle = None
+        forgotten = False
+        try:
+            handle = self._mark_destroyed()
+            self._forget(); forgotten = True  # noqa: E702 - one line (Ctrl-C)
+        finally:
+            if not forgotten:
+                self._forget()   # idempotent
+            if handle is not None:
+                # A Ctrl-C between the two lines below releases it (once) anyway.
+                released = False
+                try:
+                    state.release(handle); released = True  # noqa: E702
+                finally:
+                    if not released:
+                        state.release(handle)
 
     def _forget(self) -> None:
         """Hook: drop the manager's bookkeeping for this object."""

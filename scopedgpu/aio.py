@@ -101,11 +101,18 @@ class _Waiter:
         if entry.fut.done():          # cancelled: stop watching (the GPU work runs on)
             self._resolve(entry, None)
             return True
+        # Never blocks on the manager's lock: a thread holding it (wait_idle, close, an
+        # upload) must not hold up the sequences of every other manager and loop.
+        lock = entry.seq._mgr._state.lock
+        if not lock.acquire(blocking=False):
+            return False              # polled again next slice
         try:
             running = entry.seq.is_running
         except BaseException as exc:  # a failed fence poll (DeviceError)
             self._resolve(entry, exc)
             return True
+        finally:
+            lock.release()
         if not running:
             self._resolve(entry, None)
             return True

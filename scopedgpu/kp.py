@@ -188,7 +188,8 @@ class Algorithm:
             raise TypeError(f"spirv must be bytes, not {type(spirv).__name__}")
         mgr = self._manager._m
         mgr._open()
-        info = mgr._state.reflect(bytes(spirv))
+        with mgr._state.lock:   # reflect() updates the shared shader caches
+            info = mgr._state.reflect(bytes(spirv))
         spec = _consts(spec_consts, "spec_consts")
         if spec is not None:
             # Vulkan ignores specialization constants the module does not declare (an

@@ -80,7 +80,7 @@ class _SeqHandle(Handle):
             algo = ref()
             if algo is None:
                 continue   # collected with the sequence: its own release follows
-            algo.destroy()   # Ctrl-C-safe (Child.destroy)
+            algo._release_now()   # Ctrl-C-safe; no validation check inside cleanup
         self.owned.clear()
 
     def destroy_now(self, state: _State, closing: bool) -> None:
@@ -338,12 +338,8 @@ class Sequence(Child):
             self._dirty = True
             owned = self._handle.owned  # type: ignore[attr-defined]
             for algo in (ref() for ref in owned):
-                if algo is None:
-                    continue
-                h = algo._mark_destroyed()
-                algo._forget()
-                if h is not None:
-                    state.release(h)
+                if algo is not None:
+                    algo._release_now()
             owned.clear()
 
     def _own(self, algo: Algorithm) -> None:
@@ -636,7 +632,11 @@ class Sequence(Child):
                                 "process exits", self, state.wait_timeout)
                 # It stays in state.running, which keeps its releases deferred; collect()
                 # polls its fence through the handle and _finish() releases the handle.
-                self._zombie = self._mark_destroyed()
+                zombie = self._zombie = self._mark_destroyed()
+                if zombie is not None:
+                    # Its downloads would land in the tensors' host copies whenever the
+                    # work ends, over what the program wrote there meanwhile: dropped.
+                    zombie.copies = ()  # type: ignore[attr-defined]
                 self._forget()
                 if error is not None:
                     raise error

@@ -102,7 +102,6 @@ def test_fixture_passes_a_clean_test_and_fails_a_leaky_one(pytester, monkeypatch
         KEEP = []
 
         def test_clean(sg_manager):
-            assert sg_manager.debug or True
             t = sg_manager.tensor(np.arange(4, dtype=np.float32))
             sg_manager.run(sg.OpTensorSyncDevice([t]), sg.OpTensorSyncLocal([t]))
 

@@ -173,6 +173,31 @@ def test_destroying_a_running_sequence_gives_up_and_frees_it_once_complete(caplo
         m.close()
 
 
+@pytest.mark.allow_scopedgpu_log
+def test_downloads_of_work_given_up_on_never_land_later():
+    """A `with` block (destroy()) that gave up on running work after wait_timeout: the
+    program goes on writing the tensor's host copy, and the download recorded in that
+    sequence must not overwrite it when the work ends at last (found by review: it did,
+    from whatever manager call next polled the fence)."""
+    m = sg.Manager(wait_timeout=0.3)
+    try:
+        f = flag_tensor(m)
+        t = m.tensor(np.ones(4, np.float32))
+        with busy_sequence(m, f) as seq:
+            seq.record(sg.OpTensorSyncDevice([t])).record(sg.OpTensorSyncLocal([t]))
+            seq.eval_async()
+        assert seq.destroyed
+        t.data()[:] = 42.0
+        set_flag(f)
+        deadline = time.monotonic() + 60
+        while m.live_objects()["pending_releases"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert m.live_objects()["pending_releases"] == 0
+        np.testing.assert_array_equal(t.data(), np.full(4, 42.0, np.float32))
+    finally:
+        m.close()
+
+
 def test_eval_await_with_a_timeout_returns_false_then_true():
     with sg.Manager() as m:
         f = flag_tensor(m)
@@ -259,7 +284,7 @@ def test_ctrl_c_interrupts_every_wait_within_100_ms():
           f"max {1000 * max(every):.1f} ms over {len(every)} ({report})")
     assert statistics.median(every) < 0.1, latencies
     # A loaded 2-core machine may delay one wake-up; none may come near a hang.
-    assert max(every) < 0.5, latencies
+    assert max(every) < 2.0, latencies
 
 
 def _readline(proc: subprocess.Popen, timeout: float) -> str:
