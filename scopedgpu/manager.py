@@ -184,13 +184,15 @@ class _State:
         self.sequences.refs.pop(ref, None)
         self.garbage.append(handle)
 
-    def recycle_seq(self, h: Any, queue: int, sig: tuple | None) -> bool:
-        """Keeps an sg_seq of a destroyed sequence for reuse; False when the cache is full
-        (the caller destroys it). Waits for its last submission first."""
-        cache = self.seq_cache.setdefault(queue, [])
+    def recycle_seq(self, handle: Any) -> bool:
+        """Keeps the sg_seq of a destroyed sequence's handle (_SeqHandle) for reuse,
+        taking it from the handle; False when the cache is full (the caller destroys it).
+        Its last submission is complete (destroy_now checked)."""
+        cache = self.seq_cache.setdefault(handle.queue, [])
         if len(cache) >= SEQUENCES_KEPT or self.closed:
             return False
-        cache.append((h, sig))   # complete: destroy_now checked
+        sig = handle.sig
+        cache.append((handle.take(), sig))   # one line: taken and kept (Ctrl-C)
         return True
 
     def finish_oneoffs(self) -> None:
@@ -211,10 +213,9 @@ class _State:
     def drop_seq_cache(self) -> int:
         n = 0
         for cache in self.seq_cache.values():
-            for h, _ in cache:
-                lib.sg_seq_destroy(h)
+            while cache:   # each one leaves the cache as it is freed (Ctrl-C)
+                lib.sg_seq_destroy(cache.pop()[0])
                 n += 1
-            cache.clear()
         return n
 
     # -- safe points ------------------------------------------------------------------
@@ -253,11 +254,11 @@ class _State:
                     seq._finish()
         if self.oneoffs:
             self.finish_oneoffs()
-        if self.limbo:
-            for h in list(self.limbo):
-                if lib.sg_seq_status(h) == 0:
-                    self.limbo.remove(h)
-                    lib.sg_seq_destroy(h)
+        limbo = self.limbo
+        if limbo:
+            for i in range(len(limbo) - 1, -1, -1):
+                if lib.sg_seq_status(limbo[i]) == 0:
+                    lib.sg_seq_destroy(limbo.pop(i))   # one line (Ctrl-C)
 
     def release(self, handle: Handle) -> None:
         """Releases now, or once every running sequence that uses the handle completed."""

@@ -83,20 +83,25 @@ class _SeqHandle(Handle):
             algo.destroy()   # Ctrl-C-safe (Child.destroy)
         self.owned.clear()
 
+    def take(self) -> Any:
+        """The sg_seq, which it clears (one line: a Ctrl-C cannot land between the two, nor
+        between the return and the call or append it is passed to)."""
+        seq, self.seq = self.seq, None; return seq  # noqa: E702 - one line (Ctrl-C)
+
     def destroy_now(self, state: _State, closing: bool) -> None:
         """Destroys the sg_seq, or keeps it for reuse by a new anonymous sequence; one whose
-        submission is not known complete waits in state.limbo (freed by collect())."""
+        submission is not known complete waits in state.limbo (freed by collect()).
+        Safe to run again: the sg_seq leaves self.seq only where it is freed or kept."""
         state.doomed.discard(self)
         seq = self.seq
         if seq is None:
             return   # released once only (close() may sweep it again)
-        self.seq = None
         if not closing and lib.sg_seq_status(seq) != 0:
-            state.limbo.append(seq)
+            state.limbo.append(self.take())
             return
-        if closing or self.nqueries or not state.recycle_seq(seq, self.queue, self.sig):
+        if closing or self.nqueries or not state.recycle_seq(self):
             # sg_seq_destroy waits for the fence of a submission still pending.
-            lib.sg_seq_destroy(seq)
+            lib.sg_seq_destroy(self.take())
 
 
 def _leave(state: _State, handle: _SeqHandle, token: object) -> None:
@@ -535,8 +540,8 @@ class Sequence(Child):
             state.completed(self)
         zombie = self._zombie
         if zombie is not None:   # destroyed while it ran (see destroy())
+            zombie.release(state, False)   # idempotent: cleared only once it returned
             self._zombie = None
-            zombie.release(state, False)
 
     def _record_commands(self) -> None:
         n = len(self._ops)
@@ -601,9 +606,9 @@ class Sequence(Child):
         its work uses stay allocated until the work completes (freed by a later call of
         the manager) or until the manager closes. Ctrl-C during the wait raises
         KeyboardInterrupt and destroys nothing."""
-        if self._destroyed:
-            return
         state = self._state
+        if self._destroyed and (state.closed or self._ref not in state.handles):
+            return   # (still there: an earlier destroy() was interrupted; finish it)
         error: Exception | None = None
         if self._running:
             try:
@@ -619,9 +624,25 @@ class Sequence(Child):
             if not done:
                 self._destroy_running(error)
                 return
-        super().destroy()
+        self._release()
         if error is not None:
             raise error
+
+    def _release(self) -> None:
+        """Child.destroy for a sequence that does not run, safe against an interrupt at
+        any line: the handle stays in state.handles until its release returned, so a
+        destroy() cut short is finished by the next destroy() or, once the sequence is
+        unreachable, by the collector's callback (releasing again is harmless)."""
+        state = self._state
+        with state.lock:
+            self._destroyed = True
+            self._forget()   # idempotent
+            handle = state.handles.get(self._ref)
+            if handle is not None:
+                state.release(handle)
+                state.handles.pop(self._ref, None)
+            if state.debug:
+                state.check_validation(f"destroying {self!r}")
 
     def _destroy_running(self, error: Exception | None) -> None:
         state = self._state
@@ -641,18 +662,19 @@ class Sequence(Child):
                 if error is not None:
                     raise error
                 return
-        if not self._destroyed:
-            super().destroy()
+        self._release()
         if error is not None:
             raise error
 
     def _forget(self) -> None:
         state = self._state
         state.sequences.discard(self)
-        if self._name is not None and state.named.get(self._name) is self:
-            del state.named[self._name]
+        # The manager's strong reference first: cut short after it, the sequence is
+        # still found by name (weakly), or collected and released.
         if self._name is not None and self._mgr._named.get(self._name) is self:
             del self._mgr._named[self._name]
+        if self._name is not None and state.named.get(self._name) is self:
+            del state.named[self._name]
         self._h = None
         # A destroyed sequence must not keep its ops' tensors and algorithms alive: the
         # `seq` name of a finished `with mgr.sequence() as seq:` block outlives the block.

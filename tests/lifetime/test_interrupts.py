@@ -34,6 +34,7 @@ class _Inject:
         self.k = k
         self.count = 0
         self.fired = False
+        self.where = ""   # file:line (function) where it fired, for the failure message
 
     def globaltrace(self, frame, event, arg):
         # Not the weakref callback of a collected object: Python ignores (and prints) any
@@ -48,13 +49,17 @@ class _Inject:
             self.count += 1
             if self.count == self.k:
                 self.fired = True
+                code = frame.f_code
+                self.where = (f"{os.path.basename(code.co_filename)}:{frame.f_lineno} "
+                              f"({code.co_name})")
                 raise KeyboardInterrupt(f"injected at line {self.k}")
         return self.localtrace
 
 
-def _sweep(action, check, limit: int = 5000) -> int:
-    """Runs action() with an interrupt at line k for every k; check() after each."""
-    for k in range(1, limit):
+def _sweep(action, check, limit: int = 5000, step: int = 1) -> int:
+    """Runs action() with an interrupt at line k for k = 1, 1 + step, 1 + 2 * step, ...
+    until one completes; check(k) after each (k then also says where it fired)."""
+    for k in range(1, limit, step):
         inj = _Inject(k)
         sys.settrace(inj.globaltrace)
         try:
@@ -63,7 +68,7 @@ def _sweep(action, check, limit: int = 5000) -> int:
             pass
         finally:
             sys.settrace(None)
-        check(k)
+        check(f"{k} ({inj.where})" if inj.fired else k)
         if not inj.fired:
             return k
     raise AssertionError("the action never completed")
@@ -174,3 +179,121 @@ def test_manager_creation():
         assert now == base, f"Manager(): interrupt at line {k} leaked: {_diff((now,), (base,))}"
 
     assert _sweep(lambda: made.append(sg.Manager(debug=DEBUG or None)), check) > 10
+
+
+# -- recording and evaluation ---------------------------------------------------------------
+# A full sweep interrupts each of about 1,000 lines; the default run interrupts every
+# STEP-th line (STEP=1: every line, the full sweep).
+STEP = max(1, int(os.environ.get("SCOPEDGPU_INTERRUPT_STEP", "1")))
+
+
+@pytest.fixture
+def dispatch(imgr):
+    """A device tensor a, a tensor b and an algorithm b = a + 1 (made once, outside the
+    sweep)."""
+    a = imgr.tensor(np.arange(64, dtype=np.float32))
+    b = imgr.tensor(np.zeros(64, dtype=np.float32))
+    algo = imgr.algorithm([a, b], add_one_spirv(np.float32))
+    yield a, b, algo
+    for x in (algo, a, b):
+        x.destroy()
+
+
+def _record(s, a, b, algo):
+    s.record(sg.OpTensorSyncDevice([a]))
+    s.record(sg.OpAlgoDispatch(algo))
+    s.record(sg.OpTensorSyncLocal([b]))
+
+
+def _settled(m):
+    """The state once the work of interrupted evaluations completed."""
+    gc.collect()
+    m.wait_idle()
+    return _state(m)
+
+
+def _check_settled(m, base, what):
+    def check(k):
+        now = _settled(m)
+        assert now == base, f"{what}: interrupt at line {k} leaked: {_diff(now, base)}"
+    return check
+
+
+@pytest.mark.parametrize("how", ["eval", "eval_async"])
+def test_record_and_eval(imgr, dispatch, how):
+    """`with mgr.sequence() as s:` recording three ops and evaluating them (new command
+    pools and cached ones: the warm-up below leaves one in the cache)."""
+    a, b, algo = dispatch
+    want = np.arange(64, dtype=np.float32) + 1
+
+    def action():
+        with imgr.sequence() as s:
+            _record(s, a, b, algo)
+            if how == "eval":
+                s.eval()
+            else:
+                s.eval_async()
+                assert s.eval_await() is True
+
+    action()
+    base = _settled(imgr)
+    check = _check_settled(imgr, base, f"record + {how}")
+    assert _sweep(action, check, step=STEP) > 100
+    b.data()[:] = 0
+    action()
+    np.testing.assert_array_equal(b.data(), want)
+
+
+@pytest.mark.parametrize("how", ["eval", "eval_async"])
+def test_named_reeval(imgr, dispatch, how):
+    """A named sequence, recorded once, evaluated again and again: an interrupted
+    evaluation leaks nothing and leaves it ready to evaluate again."""
+    a, b, algo = dispatch
+    want = np.arange(64, dtype=np.float32) + 1
+    s = imgr.sequence("again")
+    _record(s, a, b, algo)
+    s.eval()
+
+    def action():
+        if how == "eval":
+            s.eval()
+        else:
+            s.eval_async()
+            assert s.eval_await() is True
+
+    base = _settled(imgr)
+
+    def check(k):
+        now = _settled(imgr)
+        assert now == base, f"named {how}: interrupt at line {k} leaked: {_diff(now, base)}"
+        b.data()[:] = 0
+        s.eval()
+        np.testing.assert_array_equal(b.data(), want, err_msg=f"named {how}: after line {k}")
+
+    assert _sweep(action, check, step=STEP) > 10
+    imgr.delete_sequence("again")
+
+
+def test_named_create_record_delete(imgr, dispatch):
+    """A named sequence made, recorded, evaluated and deleted."""
+    a, b, algo = dispatch
+    want = np.arange(64, dtype=np.float32) + 1
+
+    def action():
+        s = imgr.sequence("made")
+        _record(s, a, b, algo)
+        s.eval()
+        imgr.delete_sequence("made")
+
+    action()
+    base = _settled(imgr)
+
+    def check(k):
+        if "made" in imgr.sequence_names():
+            imgr.delete_sequence("made")
+        _check_settled(imgr, base, "named")(k)
+
+    assert _sweep(action, check, step=STEP) > 100
+    b.data()[:] = 0
+    action()
+    np.testing.assert_array_equal(b.data(), want)
