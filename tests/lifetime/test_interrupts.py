@@ -182,9 +182,10 @@ def test_manager_creation():
 
 
 # -- recording and evaluation ---------------------------------------------------------------
-# A full sweep interrupts each of about 1,000 lines; the default run interrupts every
-# STEP-th line (STEP=1: every line, the full sweep).
-STEP = max(1, int(os.environ.get("SCOPEDGPU_INTERRUPT_STEP", "1")))
+# Sweeps of a whole `with mgr.sequence()` block (about 560 lines, a minute for the three
+# below on 2 cores) interrupt every STEP-th line by default: 1, 1 + STEP, 1 + 2 * STEP...
+# SCOPEDGPU_INTERRUPT_STEP=1 sweeps every line.
+STEP = max(1, int(os.environ.get("SCOPEDGPU_INTERRUPT_STEP", "3")))
 
 
 @pytest.fixture
@@ -219,29 +220,45 @@ def _check_settled(m, base, what):
     return check
 
 
-@pytest.mark.parametrize("how", ["eval", "eval_async"])
+@pytest.mark.parametrize("how", ["eval", "eval_async", "reused"])
 def test_record_and_eval(imgr, dispatch, how):
-    """`with mgr.sequence() as s:` recording three ops and evaluating them (new command
-    pools and cached ones: the warm-up below leaves one in the cache)."""
+    """`with mgr.sequence() as s:` recording three ops and evaluating them, with a new
+    command pool and fence each time; "reused": one dispatch, evaluated with the idle
+    command pool that the same block left in the manager's cache, whose command buffer
+    already holds that dispatch (it is not recorded again)."""
     a, b, algo = dispatch
-    want = np.arange(64, dtype=np.float32) + 1
 
     def action():
         with imgr.sequence() as s:
-            _record(s, a, b, algo)
-            if how == "eval":
-                s.eval()
+            if how == "reused":
+                s.record(sg.OpAlgoDispatch(algo))
             else:
+                _record(s, a, b, algo)
+            if how == "eval_async":
                 s.eval_async()
                 assert s.eval_await() is True
+            else:
+                s.eval()
 
     action()
     base = _settled(imgr)
     check = _check_settled(imgr, base, f"record + {how}")
+    if how == "reused":
+        check_settled = check
+
+        def check(k):
+            check_settled(k)
+            action()   # leaves the command pool, holding the dispatch, in the cache
+            assert imgr.live_objects()["cached_sequences"] == 1
+
+        check(0)
     assert _sweep(action, check, step=STEP) > 100
+    # and the manager still works
     b.data()[:] = 0
-    action()
-    np.testing.assert_array_equal(b.data(), want)
+    with imgr.sequence() as s:
+        _record(s, a, b, algo)
+        s.eval()
+    np.testing.assert_array_equal(b.data(), np.arange(64, dtype=np.float32) + 1)
 
 
 @pytest.mark.parametrize("how", ["eval", "eval_async"])
