@@ -195,14 +195,18 @@ class _State:
         cache.append((handle.take(), sig))   # one line: taken and kept (Ctrl-C)
         return True
 
-    def finish_oneoffs(self) -> None:
+    def finish_oneoffs(self, wait: bool = False) -> None:
         """Frees the one-off command buffers (storage uploads) whose work completed, and
-        their staging ranges."""
+        their staging ranges; with wait=True, waits for those still pending first (an
+        upload cut short: the tensor it writes is freed next, and its copy must not write
+        into memory the pool reuses or gives back)."""
         for job in list(self.oneoffs):
             out, allocs = job
             if out[0] == ffi.NULL and not allocs:
                 continue   # nothing made yet (the pool calls back here while _upload allocates)
             if out[0] != ffi.NULL:
+                if wait:   # a copy always ends: no slices
+                    lib.sg_seq_wait(out[0], 2**64 - 1, SPIN_NS)
                 if lib.sg_seq_status(out[0]) != 0:
                     continue
                 lib.sg_seq_destroy(_take(out))
@@ -844,7 +848,7 @@ class Manager:
                 # A copy always ends: waited for without slices.
                 check(lib.sg_seq_wait(h, 2**64 - 1, SPIN_NS), what)
             except BaseException as exc:
-                st.finish_oneoffs()
+                st.finish_oneoffs(wait=True)   # before the tensor's memory is freed
                 st.validation_failed(exc, what)
                 raise
             st.finish_oneoffs()

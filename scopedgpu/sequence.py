@@ -420,17 +420,20 @@ class Sequence(Child):
                     self._record_commands()
             for op_ in self._pre_ops:
                 op_._pre()
-            rc = lib.sg_seq_submit(self._h)
-            if rc:
-                check(rc, f"submitting {self!r}")
-            self._handle.copies = self._copies  # type: ignore[attr-defined]
             self._inflight = self._rec_inflight
-            self._running = True
             self._gen += 1
             if self._want_timestamps:
                 self._timestamps = None
-            state.running[self._ref] = None
-            self._mgr._running.add(self)
+            # Running before the submission, in one line (a Ctrl-C cannot split it): cut
+            # short before the submit, it completes at once (its fence is still signalled);
+            # after it, the submission is waited for like any other, never submitted
+            # again while pending, and the manager holds the sequence until it completes.
+            self._running = True; state.running[self._ref] = None; self._mgr._running.add(self)  # noqa: E702
+            rc = lib.sg_seq_submit(self._h)
+            if rc:
+                self._retire()
+                check(rc, f"submitting {self!r}")
+            self._handle.copies = self._copies  # type: ignore[attr-defined]
             if state.debug:
                 state.check_validation(f"evaluating {self!r}")
         return self
@@ -533,8 +536,7 @@ class Sequence(Child):
         Safe to run again."""
         state = self._state
         self._running = False
-        state.running.pop(self._ref, None)
-        self._mgr._running.discard(self)
+        state.running.pop(self._ref, None); self._mgr._running.discard(self)  # noqa: E702
         self._inflight = _EMPTY
         if state.deferred:
             state.completed(self)
