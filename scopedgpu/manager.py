@@ -209,10 +209,15 @@ class _State:
                     lib.sg_seq_wait(out[0], 2**64 - 1, SPIN_NS)
                 if lib.sg_seq_status(out[0]) != 0:
                     continue
-                lib.sg_seq_destroy(_take(out))
             while allocs:
                 self.pool.free(allocs.pop())
-            self.oneoffs.remove(job)
+            # The job leaves the list in the line that frees its last part (Ctrl-C): an
+            # empty job left there would look like an upload under way, kept for good.
+            # (An interrupt at _take's line comes before it runs: the job is intact.)
+            if out[0] != ffi.NULL:
+                lib.sg_seq_destroy(_take(out)); self.oneoffs.remove(job)  # noqa: E702
+            else:
+                self.oneoffs.remove(job)
 
     def drop_seq_cache(self) -> int:
         n = 0

@@ -246,6 +246,7 @@ class Sequence(Child):
         self._inflight: frozenset[Handle] = frozenset()
         self._timestamps: list[int] | None = None
         self._nts = 0    # timestamps the command buffer writes (its last recording)
+        self._ts_due = False   # the last submission writes them (see eval_async)
         # What eval needs, gathered at record time so that re-evaluation does no more
         # Python work than it must (see _note_recorded).
         self._objs: list[Any] = []               # must be alive at eval
@@ -424,6 +425,7 @@ class Sequence(Child):
             self._gen += 1
             if self._want_timestamps:
                 self._timestamps = None
+                self._ts_due = False
             # Running before the submission, in one line (a Ctrl-C cannot split it): cut
             # short before the submit, it completes at once (its fence is still signalled);
             # after it, the submission is waited for like any other, never submitted
@@ -434,6 +436,8 @@ class Sequence(Child):
                 self._retire()
                 check(rc, f"submitting {self!r}")
             self._handle.copies = self._copies  # type: ignore[attr-defined]
+            if self._want_timestamps:
+                self._ts_due = True   # submitted: its queries will be written
             if state.debug:
                 state.check_validation(f"evaluating {self!r}")
         return self
@@ -517,7 +521,9 @@ class Sequence(Child):
             try:
                 self._running = False
                 self._handle.complete()  # type: ignore[attr-defined]
-                if self._want_timestamps and self._h is not None:  # None: destroyed
+                if self._want_timestamps and self._h is not None and self._ts_due:
+                    # (not destroyed, and submitted: an eval cut short before it was not)
+                    self._ts_due = False
                     # As many as the recording wrote: ops recorded while it ran have none.
                     n = self._nts
                     buf = ffi.new("uint64_t[]", n)
@@ -575,16 +581,23 @@ class Sequence(Child):
         self._dirty = False
 
     def _grow_queries(self, need: int) -> None:
+        """Replaces the sg_seq by one with more timestamp queries. The new one is made
+        into a one-off job registered with it (state.oneoffs: collect() frees what it
+        holds), which then takes the old one in exchange, in one line: an interrupt at
+        any line leaves each sg_seq either in use or there."""
         state = self._mgr._state
+        handle: _SeqHandle = self._handle  # type: ignore[assignment]
         n = max(need, 2 * self._nqueries)
-        out = ffi.new("sg_seq **")
-        check(lib.sg_seq_create(state.dev, self._queue, n, out),
-              f"growing the timestamp queries of {self!r}")
-        lib.sg_seq_destroy(self._h)
-        self._h = out[0]
-        self._handle.seq = out[0]  # type: ignore[attr-defined]
-        self._handle.nqueries = n  # type: ignore[attr-defined]
-        self._nqueries = n
+        job: tuple[Any, list[Any]] = (ffi.new("sg_seq **"), [])
+        out = job[0]
+        # One line: no interrupt between the two leaves an empty job behind.
+        state.oneoffs.append(job); rc = lib.sg_seq_create(state.dev, self._queue, n, out)  # noqa: E702
+        if rc:
+            state.oneoffs.remove(job)
+            check(rc, f"growing the timestamp queries of {self!r}")
+        out[0], handle.seq, self._h = handle.seq, out[0], out[0]
+        handle.nqueries = self._nqueries = n
+        state.finish_oneoffs()   # frees the old one (complete: eval waited for it)
 
     def timestamps(self) -> list[int]:
         """Nanosecond GPU timestamps of the last completed evaluation: one at the start and

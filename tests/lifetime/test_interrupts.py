@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 import scopedgpu as sg
+from scopedgpu._ffi import ffi
 from scopedgpu.manager import live_vulkan_objects
 
 from lt_shaders import add_one_spirv
@@ -222,9 +223,10 @@ def _settled(m):
     gc.collect()
     m.wait_idle()
     st = m._state
+    oneoffs = sum(1 for out, allocs in st.oneoffs if out[0] != ffi.NULL or allocs)
     return (*_state(m), {"running": len(st.running), "limbo": len(st.limbo),
                          "doomed": len(st.doomed), "garbage": len(st.garbage),
-                         "deferred": len(st.deferred)})
+                         "deferred": len(st.deferred), "oneoffs": oneoffs})
 
 
 def _check_settled(m, base, what):
@@ -309,6 +311,24 @@ def test_named_reeval(imgr, dispatch, how):
 
     assert _sweep(action, check) > 10
     imgr.delete_sequence("again")
+
+
+def test_timestamps(imgr, dispatch, monkeypatch):
+    """A sequence with timestamps, whose query pool grows at its first recording (its
+    command pool and fence are replaced), then evaluated again and read."""
+    a, b, algo = dispatch
+    monkeypatch.setattr(sg.sequence, "TIMESTAMP_QUERIES", 2)   # 4 needed: it grows
+
+    def action():
+        with imgr.sequence(timestamps=True) as s:
+            _record(s, a, b, algo)
+            s.eval()
+            s.eval()
+            assert len(s.timestamps()) == 4
+
+    action()
+    base = _settled(imgr)
+    assert _sweep(action, _check_settled(imgr, base, "timestamps")) > 100
 
 
 def test_named_create_record_delete(imgr, dispatch):
