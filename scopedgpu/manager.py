@@ -176,7 +176,10 @@ class _State:
         """Weakref callback of a child that became unreachable: queue its handle (no lock,
         no Python calls beyond a dict and a deque: it may run inside the garbage collector
         or at interpreter exit)."""
-        handle = self.handles.pop(ref, None)
+        try:
+            handle = self.handles.pop(ref, None)
+        except TypeError:   # "weak object has gone away": a reference never hashed, so
+            return          # never registered (Child.__init__ was cut short before)
         if handle is None:
             return  # destroyed before: destroy() already left the sets
         self.tensors.refs.pop(ref, None)
