@@ -255,7 +255,13 @@ class _State:
         Called with the lock held at the start of public operations."""
         garbage = self.garbage
         while garbage:
-            self.release(garbage.popleft())
+            handle = garbage[0]
+            if type(handle) is _SeqHandle:
+                # Its release is safe to run again: it leaves the queue once it returned,
+                # in the same line (an interrupt inside it leaves it for the next call).
+                self.release(handle); garbage.popleft()  # noqa: E702
+            else:
+                self.release(garbage.popleft())
         if self.running:
             for seq in self.running_seqs():
                 # An error (not known to be complete) leaves it running: the next wait

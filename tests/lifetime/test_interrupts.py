@@ -236,20 +236,26 @@ def _check_settled(m, base, what):
     return check
 
 
-@pytest.mark.parametrize("how", ["eval", "eval_async", "reused", "dropped"])
+@pytest.mark.parametrize("how", ["eval", "eval_async", "reused", "dropped", "collected"])
 def test_record_and_eval(imgr, dispatch, how):
     """`with mgr.sequence() as s:` recording three ops and evaluating them, with a new
     command pool and fence each time; "reused": one dispatch, evaluated with the idle
     command pool that the same block left in the manager's cache, whose command buffer
     already holds that dispatch (it is not recorded again); "dropped": a sequence
-    dropped while its work runs."""
+    dropped while its work runs; "collected": one dropped after its work, released by the
+    manager's next call."""
     a, b, algo = dispatch
 
     def action():
-        if how == "dropped":
+        if how in ("dropped", "collected"):
             s = imgr.sequence()
             _record(s, a, b, algo)
             s.eval_async()
+            if how == "collected":
+                s.eval_await()
+                del s
+                gc.collect()   # (the collector's callback is never interrupted)
+                imgr.live_objects()
             return
         with imgr.sequence() as s:
             if how == "reused":
