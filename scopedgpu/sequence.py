@@ -650,6 +650,8 @@ class Sequence(Child):
         unreachable, by the collector's callback (releasing again is harmless)."""
         state = self._state
         with state.lock:
+            if state.closed:
+                return   # close() destroyed it, and released what it could
             self._destroyed = True
             self._forget()   # idempotent
             handle = state.handles.get(self._ref)
