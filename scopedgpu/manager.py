@@ -176,7 +176,10 @@ class _State:
         """Weakref callback of a child that became unreachable: queue its handle (no lock,
         no Python calls beyond a dict and a deque: it may run inside the garbage collector
         or at interpreter exit)."""
-        handle = self.handles.pop(ref, None)
+        try:
+            handle = self.handles.pop(ref, None)
+        except TypeError:   # "weak object has gone away": a reference never hashed, so
+            return          # never registered (Child.__init__ was cut short before)
         if handle is None:
             return  # destroyed before: destroy() already left the sets
         self.tensors.refs.pop(ref, None)
@@ -184,37 +187,47 @@ class _State:
         self.sequences.refs.pop(ref, None)
         self.garbage.append(handle)
 
-    def recycle_seq(self, h: Any, queue: int, sig: tuple | None) -> bool:
-        """Keeps an sg_seq of a destroyed sequence for reuse; False when the cache is full
-        (the caller destroys it). Waits for its last submission first."""
-        cache = self.seq_cache.setdefault(queue, [])
+    def recycle_seq(self, handle: Any) -> bool:
+        """Keeps the sg_seq of a destroyed sequence's handle (_SeqHandle) for reuse,
+        taking it from the handle; False when the cache is full (the caller destroys it).
+        Its last submission is complete (destroy_now checked)."""
+        cache = self.seq_cache.setdefault(handle.queue, [])
         if len(cache) >= SEQUENCES_KEPT or self.closed:
             return False
-        cache.append((h, sig))   # complete: destroy_now checked
+        sig = handle.sig
+        cache.append((handle.take(), sig))   # one line: taken and kept (Ctrl-C)
         return True
 
-    def finish_oneoffs(self) -> None:
+    def finish_oneoffs(self, wait: bool = False) -> None:
         """Frees the one-off command buffers (storage uploads) whose work completed, and
-        their staging ranges."""
+        their staging ranges; with wait=True, waits for those still pending first (an
+        upload cut short: the tensor it writes is freed next, and its copy must not write
+        into memory the pool reuses or gives back)."""
         for job in list(self.oneoffs):
             out, allocs = job
             if out[0] == ffi.NULL and not allocs:
                 continue   # nothing made yet (the pool calls back here while _upload allocates)
             if out[0] != ffi.NULL:
+                if wait:   # a copy always ends: no slices
+                    lib.sg_seq_wait(out[0], 2**64 - 1, SPIN_NS)
                 if lib.sg_seq_status(out[0]) != 0:
                     continue
-                lib.sg_seq_destroy(_take(out))
             while allocs:
                 self.pool.free(allocs.pop())
-            self.oneoffs.remove(job)
+            # The job leaves the list in the line that frees its last part (Ctrl-C): an
+            # empty job left there would look like an upload under way, kept for good.
+            # (An interrupt at _take's line comes before it runs: the job is intact.)
+            if out[0] != ffi.NULL:
+                lib.sg_seq_destroy(_take(out)); self.oneoffs.remove(job)  # noqa: E702
+            else:
+                self.oneoffs.remove(job)
 
     def drop_seq_cache(self) -> int:
         n = 0
         for cache in self.seq_cache.values():
-            for h, _ in cache:
-                lib.sg_seq_destroy(h)
+            while cache:   # each one leaves the cache as it is freed (Ctrl-C)
+                lib.sg_seq_destroy(cache.pop()[0])
                 n += 1
-            cache.clear()
         return n
 
     # -- safe points ------------------------------------------------------------------
@@ -242,7 +255,13 @@ class _State:
         Called with the lock held at the start of public operations."""
         garbage = self.garbage
         while garbage:
-            self.release(garbage.popleft())
+            handle = garbage[0]
+            if type(handle) is _SeqHandle:
+                # Its release is safe to run again: it leaves the queue once it returned,
+                # in the same line (an interrupt inside it leaves it for the next call).
+                self.release(handle); garbage.popleft()  # noqa: E702
+            else:
+                self.release(garbage.popleft())
         if self.running:
             for seq in self.running_seqs():
                 # An error (not known to be complete) leaves it running: the next wait
@@ -253,11 +272,11 @@ class _State:
                     seq._finish()
         if self.oneoffs:
             self.finish_oneoffs()
-        if self.limbo:
-            for h in list(self.limbo):
-                if lib.sg_seq_status(h) == 0:
-                    self.limbo.remove(h)
-                    lib.sg_seq_destroy(h)
+        limbo = self.limbo
+        if limbo:
+            for i in range(len(limbo) - 1, -1, -1):
+                if lib.sg_seq_status(limbo[i]) == 0:
+                    lib.sg_seq_destroy(limbo.pop(i))   # one line (Ctrl-C)
 
     def release(self, handle: Handle) -> None:
         """Releases now, or once every running sequence that uses the handle completed."""
@@ -845,7 +864,7 @@ class Manager:
                 # oneoffs until its fence signals (collect() frees it then).
                 check(_fence_wait(st, h, None), what)
             except BaseException as exc:
-                st.finish_oneoffs()
+                st.finish_oneoffs(wait=True)   # before the tensor's memory is freed
                 st.validation_failed(exc, what)
                 raise
             st.finish_oneoffs()

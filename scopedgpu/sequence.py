@@ -83,20 +83,25 @@ class _SeqHandle(Handle):
             algo._release_now()   # Ctrl-C-safe; no validation check inside cleanup
         self.owned.clear()
 
+    def take(self) -> Any:
+        """The sg_seq, which it clears (one line: a Ctrl-C cannot land between the two, nor
+        between the return and the call or append it is passed to)."""
+        seq, self.seq = self.seq, None; return seq  # noqa: E702 - one line (Ctrl-C)
+
     def destroy_now(self, state: _State, closing: bool) -> None:
         """Destroys the sg_seq, or keeps it for reuse by a new anonymous sequence; one whose
-        submission is not known complete waits in state.limbo (freed by collect())."""
+        submission is not known complete waits in state.limbo (freed by collect()).
+        Safe to run again: the sg_seq leaves self.seq only where it is freed or kept."""
         state.doomed.discard(self)
         seq = self.seq
         if seq is None:
             return   # released once only (close() may sweep it again)
-        self.seq = None
         if not closing and lib.sg_seq_status(seq) != 0:
-            state.limbo.append(seq)
+            state.limbo.append(self.take())
             return
-        if closing or self.nqueries or not state.recycle_seq(seq, self.queue, self.sig):
+        if closing or self.nqueries or not state.recycle_seq(self):
             # sg_seq_destroy waits for the fence of a submission still pending.
-            lib.sg_seq_destroy(seq)
+            lib.sg_seq_destroy(self.take())
 
 
 def _leave(state: _State, handle: _SeqHandle, token: object) -> None:
@@ -241,6 +246,7 @@ class Sequence(Child):
         self._inflight: frozenset[Handle] = frozenset()
         self._timestamps: list[int] | None = None
         self._nts = 0    # timestamps the command buffer writes (its last recording)
+        self._ts_due = False   # the last submission writes them (see eval_async)
         # What eval needs, gathered at record time so that re-evaluation does no more
         # Python work than it must (see _note_recorded).
         self._objs: list[Any] = []               # must be alive at eval
@@ -411,17 +417,23 @@ class Sequence(Child):
                     self._record_commands()
             for op_ in self._pre_ops:
                 op_._pre()
-            rc = lib.sg_seq_submit(self._h)
-            if rc:
-                check(rc, f"submitting {self!r}")
-            self._handle.copies = self._copies  # type: ignore[attr-defined]
             self._inflight = self._rec_inflight
-            self._running = True
             self._gen += 1
             if self._want_timestamps:
                 self._timestamps = None
-            state.running[self._ref] = None
-            self._mgr._running.add(self)
+                self._ts_due = False
+            # Running before the submission, in one line (a Ctrl-C cannot split it): cut
+            # short before the submit, it completes at once (its fence is still signalled);
+            # after it, the submission is waited for like any other, never submitted
+            # again while pending, and the manager holds the sequence until it completes.
+            self._running = True; state.running[self._ref] = None; self._mgr._running.add(self)  # noqa: E702
+            rc = lib.sg_seq_submit(self._h)
+            if rc:
+                self._retire()
+                check(rc, f"submitting {self!r}")
+            self._handle.copies = self._copies  # type: ignore[attr-defined]
+            if self._want_timestamps:
+                self._ts_due = True   # submitted: its queries will be written
             if state.debug:
                 state.check_validation(f"evaluating {self!r}")
         return self
@@ -505,7 +517,9 @@ class Sequence(Child):
             try:
                 self._running = False
                 self._handle.complete()  # type: ignore[attr-defined]
-                if self._want_timestamps and self._h is not None:  # None: destroyed
+                if self._want_timestamps and self._h is not None and self._ts_due:
+                    # (not destroyed, and submitted: an eval cut short before it was not)
+                    self._ts_due = False
                     # As many as the recording wrote: ops recorded while it ran have none.
                     n = self._nts
                     buf = ffi.new("uint64_t[]", n)
@@ -524,15 +538,14 @@ class Sequence(Child):
         Safe to run again."""
         state = self._state
         self._running = False
-        state.running.pop(self._ref, None)
-        self._mgr._running.discard(self)
+        state.running.pop(self._ref, None); self._mgr._running.discard(self)  # noqa: E702
         self._inflight = _EMPTY
         if state.deferred:
             state.completed(self)
         zombie = self._zombie
         if zombie is not None:   # destroyed while it ran (see destroy())
+            zombie.release(state, False)   # idempotent: cleared only once it returned
             self._zombie = None
-            zombie.release(state, False)
 
     def _record_commands(self) -> None:
         n = len(self._ops)
@@ -564,16 +577,23 @@ class Sequence(Child):
         self._dirty = False
 
     def _grow_queries(self, need: int) -> None:
+        """Replaces the sg_seq by one with more timestamp queries. The new one is made
+        into a one-off job registered with it (state.oneoffs: collect() frees what it
+        holds), which then takes the old one in exchange, in one line: an interrupt at
+        any line leaves each sg_seq either in use or there."""
         state = self._mgr._state
+        handle: _SeqHandle = self._handle  # type: ignore[assignment]
         n = max(need, 2 * self._nqueries)
-        out = ffi.new("sg_seq **")
-        check(lib.sg_seq_create(state.dev, self._queue, n, out),
-              f"growing the timestamp queries of {self!r}")
-        lib.sg_seq_destroy(self._h)
-        self._h = out[0]
-        self._handle.seq = out[0]  # type: ignore[attr-defined]
-        self._handle.nqueries = n  # type: ignore[attr-defined]
-        self._nqueries = n
+        job: tuple[Any, list[Any]] = (ffi.new("sg_seq **"), [])
+        out = job[0]
+        # One line: no interrupt between the two leaves an empty job behind.
+        state.oneoffs.append(job); rc = lib.sg_seq_create(state.dev, self._queue, n, out)  # noqa: E702
+        if rc:
+            state.oneoffs.remove(job)
+            check(rc, f"growing the timestamp queries of {self!r}")
+        out[0], handle.seq, self._h = handle.seq, out[0], out[0]
+        handle.nqueries = self._nqueries = n
+        state.finish_oneoffs()   # frees the old one (complete: eval waited for it)
 
     def timestamps(self) -> list[int]:
         """Nanosecond GPU timestamps of the last completed evaluation: one at the start and
@@ -597,9 +617,9 @@ class Sequence(Child):
         its work uses stay allocated until the work completes (freed by a later call of
         the manager) or until the manager closes. Ctrl-C during the wait raises
         KeyboardInterrupt and destroys nothing."""
-        if self._destroyed:
-            return
         state = self._state
+        if self._destroyed and (state.closed or self._ref not in state.handles):
+            return   # (still there: an earlier destroy() was interrupted; finish it)
         error: Exception | None = None
         if self._running:
             try:
@@ -615,9 +635,27 @@ class Sequence(Child):
             if not done:
                 self._destroy_running(error)
                 return
-        super().destroy()
+        self._release()
         if error is not None:
             raise error
+
+    def _release(self) -> None:
+        """Child.destroy for a sequence that does not run, safe against an interrupt at
+        any line: the handle stays in state.handles until its release returned, so a
+        destroy() cut short is finished by the next destroy() or, once the sequence is
+        unreachable, by the collector's callback (releasing again is harmless)."""
+        state = self._state
+        with state.lock:
+            if state.closed:
+                return   # close() destroyed it, and released what it could
+            self._destroyed = True
+            self._forget()   # idempotent
+            handle = state.handles.get(self._ref)
+            if handle is not None:
+                state.release(handle)
+                state.handles.pop(self._ref, None)
+            if state.debug:
+                state.check_validation(f"destroying {self!r}")
 
     def _destroy_running(self, error: Exception | None) -> None:
         state = self._state
@@ -641,18 +679,19 @@ class Sequence(Child):
                 if error is not None:
                     raise error
                 return
-        if not self._destroyed:
-            super().destroy()
+        self._release()
         if error is not None:
             raise error
 
     def _forget(self) -> None:
         state = self._state
         state.sequences.discard(self)
-        if self._name is not None and state.named.get(self._name) is self:
-            del state.named[self._name]
+        # The manager's strong reference first: cut short after it, the sequence is
+        # still found by name (weakly), or collected and released.
         if self._name is not None and self._mgr._named.get(self._name) is self:
             del self._mgr._named[self._name]
+        if self._name is not None and state.named.get(self._name) is self:
+            del state.named[self._name]
         self._h = None
         # A destroyed sequence must not keep its ops' tensors and algorithms alive: the
         # `seq` name of a finished `with mgr.sequence() as seq:` block outlives the block.

@@ -1,12 +1,17 @@
 """Interrupt safety (issue 9, class 6): a KeyboardInterrupt (or any exception) arriving
-at any line of scopedgpu's creation paths while a manager, tensor, algorithm or sequence
-is made leaves nothing behind: live objects, pool bytes and the
-shim's Vulkan objects return to their baseline, and the manager keeps working.
+at any line of scopedgpu's code while a manager, tensor, algorithm or sequence is made,
+while a sequence records and evaluates operations (eval, eval_async and eval_await, a
+named sequence evaluated again, a sequence dropped while it runs) and while it is
+destroyed leaves nothing behind: live objects, pool bytes, the shim's Vulkan objects and
+the manager's lists of running sequences and pending releases return to their baseline
+(once the work already submitted completed), and the manager keeps working.
 
 The interrupt is injected with sys.settrace: for k = 1, 2, ... the k-th line executed
 in the modules of those paths (INJECTED) raises KeyboardInterrupt, until a run
-completes without reaching line k. Lines inside the memory pool's and the SPIR-V
-reader's own bookkeeping are not interrupted (see docs/guide.md, reliability)."""
+completes without reaching line k; a failure names the line where it fired. Every line
+is swept (a few seconds in all: the collector skips the objects frozen before each
+sweep). Lines inside the memory pool's and the SPIR-V reader's own bookkeeping are not
+interrupted (see docs/guide.md, reliability)."""
 from __future__ import annotations
 
 import gc
@@ -17,6 +22,7 @@ import numpy as np
 import pytest
 
 import scopedgpu as sg
+from scopedgpu._ffi import ffi
 from scopedgpu.manager import live_vulkan_objects
 
 from lt_shaders import add_one_spirv
@@ -34,6 +40,7 @@ class _Inject:
         self.k = k
         self.count = 0
         self.fired = False
+        self.where = ""   # file:line (function) where it fired, for the failure message
 
     def globaltrace(self, frame, event, arg):
         # Not the weakref callback of a collected object: Python ignores (and prints) any
@@ -48,24 +55,36 @@ class _Inject:
             self.count += 1
             if self.count == self.k:
                 self.fired = True
+                code = frame.f_code
+                self.where = (f"{os.path.basename(code.co_filename)}:{frame.f_lineno} "
+                              f"({code.co_name})")
                 raise KeyboardInterrupt(f"injected at line {self.k}")
         return self.localtrace
 
 
 def _sweep(action, check, limit: int = 5000) -> int:
-    """Runs action() with an interrupt at line k for every k; check() after each."""
-    for k in range(1, limit):
-        inj = _Inject(k)
-        sys.settrace(inj.globaltrace)
-        try:
-            action()
-        except KeyboardInterrupt:
-            pass
-        finally:
-            sys.settrace(None)
-        check(k)
-        if not inj.fired:
-            return k
+    """Runs action() with an interrupt at line k for every k until one completes;
+    check(k) after each (k then also says where it fired).
+
+    The objects alive before the sweep are frozen (gc.freeze): each gc.collect() in
+    check() then looks only at the objects made since, a thousand times faster."""
+    gc.collect()
+    gc.freeze()
+    try:
+        for k in range(1, limit):
+            inj = _Inject(k)
+            sys.settrace(inj.globaltrace)
+            try:
+                action()
+            except KeyboardInterrupt:
+                pass
+            finally:
+                sys.settrace(None)
+            check(f"{k} ({inj.where})" if inj.fired else k)
+            if not inj.fired:
+                return k
+    finally:
+        gc.unfreeze()
     raise AssertionError("the action never completed")
 
 
@@ -174,3 +193,170 @@ def test_manager_creation():
         assert now == base, f"Manager(): interrupt at line {k} leaked: {_diff((now,), (base,))}"
 
     assert _sweep(lambda: made.append(sg.Manager(debug=DEBUG or None)), check) > 10
+
+
+# -- recording and evaluation ---------------------------------------------------------------
+
+
+@pytest.fixture
+def dispatch(imgr):
+    """A device tensor a, a tensor b and an algorithm b = a + 1 (made once, outside the
+    sweep)."""
+    a = imgr.tensor(np.arange(64, dtype=np.float32))
+    b = imgr.tensor(np.zeros(64, dtype=np.float32))
+    algo = imgr.algorithm([a, b], add_one_spirv(np.float32))
+    yield a, b, algo
+    for x in (algo, a, b):
+        x.destroy()
+
+
+def _record(s, a, b, algo):
+    s.record(sg.OpTensorSyncDevice([a]))
+    s.record(sg.OpAlgoDispatch(algo))
+    s.record(sg.OpTensorSyncLocal([b]))
+
+
+def _settled(m):
+    """The state once the work of interrupted evaluations completed, with the manager's
+    lists of running sequences, of sg_seqs waiting for their fences and of pending
+    releases (an entry left there is a leak too, and slows every later call)."""
+    gc.collect()
+    m.wait_idle()
+    st = m._state
+    oneoffs = sum(1 for out, allocs in st.oneoffs if out[0] != ffi.NULL or allocs)
+    return (*_state(m), {"running": len(st.running), "limbo": len(st.limbo),
+                         "doomed": len(st.doomed), "garbage": len(st.garbage),
+                         "deferred": len(st.deferred), "oneoffs": oneoffs})
+
+
+def _check_settled(m, base, what):
+    def check(k):
+        now = _settled(m)
+        assert now == base, f"{what}: interrupt at line {k} leaked: {_diff(now, base)}"
+    return check
+
+
+@pytest.mark.parametrize("how", ["eval", "eval_async", "reused", "dropped", "collected"])
+def test_record_and_eval(imgr, dispatch, how):
+    """`with mgr.sequence() as s:` recording three ops and evaluating them, with a new
+    command pool and fence each time; "reused": one dispatch, evaluated with the idle
+    command pool that the same block left in the manager's cache, whose command buffer
+    already holds that dispatch (it is not recorded again); "dropped": a sequence
+    dropped while its work runs; "collected": one dropped after its work, released by the
+    manager's next call."""
+    a, b, algo = dispatch
+
+    def action():
+        if how in ("dropped", "collected"):
+            s = imgr.sequence()
+            _record(s, a, b, algo)
+            s.eval_async()
+            if how == "collected":
+                s.eval_await()
+                del s
+                gc.collect()   # (the collector's callback is never interrupted)
+                imgr.live_objects()
+            return
+        with imgr.sequence() as s:
+            if how == "reused":
+                s.record(sg.OpAlgoDispatch(algo))
+            else:
+                _record(s, a, b, algo)
+            if how == "eval_async":
+                s.eval_async()
+                assert s.eval_await() is True
+            else:
+                s.eval()
+
+    action()
+    base = _settled(imgr)
+    check = _check_settled(imgr, base, f"record + {how}")
+    if how == "reused":
+        check_settled = check
+
+        def check(k):
+            check_settled(k)
+            action()   # leaves the command pool, holding the dispatch, in the cache
+            assert imgr.live_objects()["cached_sequences"] == 1
+
+        check(0)
+    assert _sweep(action, check) > 100
+    # and the manager still works
+    b.data()[:] = 0
+    with imgr.sequence() as s:
+        _record(s, a, b, algo)
+        s.eval()
+    np.testing.assert_array_equal(b.data(), np.arange(64, dtype=np.float32) + 1)
+
+
+@pytest.mark.parametrize("how", ["eval", "eval_async"])
+def test_named_reeval(imgr, dispatch, how):
+    """A named sequence, recorded once, evaluated again and again: an interrupted
+    evaluation leaks nothing and leaves it ready to evaluate again."""
+    a, b, algo = dispatch
+    want = np.arange(64, dtype=np.float32) + 1
+    s = imgr.sequence("again")
+    _record(s, a, b, algo)
+    s.eval()
+
+    def action():
+        if how == "eval":
+            s.eval()
+        else:
+            s.eval_async()
+            assert s.eval_await() is True
+
+    base = _settled(imgr)
+
+    def check(k):
+        now = _settled(imgr)
+        assert now == base, f"named {how}: interrupt at line {k} leaked: {_diff(now, base)}"
+        b.data()[:] = 0
+        s.eval()
+        np.testing.assert_array_equal(b.data(), want, err_msg=f"named {how}: after line {k}")
+
+    assert _sweep(action, check) > 10
+    imgr.delete_sequence("again")
+
+
+def test_timestamps(imgr, dispatch, monkeypatch):
+    """A sequence with timestamps, whose query pool grows at its first recording (its
+    command pool and fence are replaced), then evaluated again and read."""
+    a, b, algo = dispatch
+    monkeypatch.setattr(sg.sequence, "TIMESTAMP_QUERIES", 2)   # 4 needed: it grows
+
+    def action():
+        with imgr.sequence(timestamps=True) as s:
+            _record(s, a, b, algo)
+            s.eval()
+            s.eval()
+            assert len(s.timestamps()) == 4
+
+    action()
+    base = _settled(imgr)
+    assert _sweep(action, _check_settled(imgr, base, "timestamps")) > 100
+
+
+def test_named_create_record_delete(imgr, dispatch):
+    """A named sequence made, recorded, evaluated and deleted."""
+    a, b, algo = dispatch
+    want = np.arange(64, dtype=np.float32) + 1
+
+    def action():
+        s = imgr.sequence("made")
+        _record(s, a, b, algo)
+        s.eval()
+        imgr.delete_sequence("made")
+
+    action()
+    base = _settled(imgr)
+
+    def check(k):
+        if "made" in imgr.sequence_names():
+            imgr.delete_sequence("made")
+        _check_settled(imgr, base, "named")(k)
+
+    assert _sweep(action, check) > 100
+    b.data()[:] = 0
+    action()
+    np.testing.assert_array_equal(b.data(), want)
