@@ -24,7 +24,7 @@ from scopedgpu._spirv import ShaderInfo, reflect
 from scopedgpu._spirv_val import check_module
 from scopedgpu.algorithm import Algorithm, _AlgoHandle
 from scopedgpu.ops import Op
-from scopedgpu.sequence import WAIT_SLICE_NS, Sequence, _fence_wait, _SeqHandle
+from scopedgpu.sequence import SPIN_NS, WAIT_SLICE_NS, Sequence, _fence_wait, _SeqHandle
 from scopedgpu.tensor import KINDS, Tensor, aligned_empty, dtype_feature
 
 __all__ = ["Manager"]
@@ -860,8 +860,8 @@ class Manager:
                 check(lib.sg_seq_end(h), what)
                 check(lib.sg_seq_submit(h), what)
                 # In slices (Ctrl-C gets through): the copy queues behind any dispatch
-                # running on queue 0, which may be long. Interrupted, the job stays in
-                # oneoffs until its fence signals (collect() frees it then).
+                # running on queue 0, which may be long. Interrupted, the copy is still
+                # awaited below before the tensor's memory can be freed.
                 check(_fence_wait(st, h, None), what)
             except BaseException as exc:
                 st.finish_oneoffs(wait=True)   # before the tensor's memory is freed
