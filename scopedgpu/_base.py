@@ -144,21 +144,18 @@ class Child:
         message of the layer must not abort the cleanup halfway. The caller holds the lock."""
         state = self._mgr._state
         handle = None
-        forgotten = False
+        # Ctrl-C anywhere below: a handle unregistered and not yet released is released
+        # by the finally (a release cut short runs again: it frees nothing twice);
+        # `handle` is cleared in the line that completes the release.
         try:
             handle = self._mark_destroyed()
-            self._forget(); forgotten = True  # noqa: E702 - one line (Ctrl-C)
-        finally:
-            if not forgotten:
-                self._forget()   # idempotent
+            self._forget()
             if handle is not None:
-                # A Ctrl-C between the two lines below releases it (once) anyway.
-                released = False
-                try:
-                    state.release(handle); released = True  # noqa: E702
-                finally:
-                    if not released:
-                        state.release(handle)
+                state.release(handle); handle = None  # noqa: E702
+        finally:
+            if handle is not None:
+                self._forget()   # idempotent
+                state.release(handle)
 
     def _forget(self) -> None:
         """Hook: drop the manager's bookkeeping for this object."""

@@ -29,12 +29,11 @@ class _AlgoHandle(Handle):
         self.program: _Program | None = program
 
     def release(self, state: _State, closing: bool) -> None:
+        # Taken in the line that frees it: run again after a Ctrl-C, never freed twice.
         if self.dset is not None:
-            lib.sg_dset_destroy(self.dset)
-            self.dset = None
+            dset, self.dset = self.dset, None; lib.sg_dset_destroy(dset)  # noqa: E702
         if self.program is not None:
-            state.unref_program(self.program)
-            self.program = None
+            state.unref_program(self)   # takes and clears self.program in one line
 
 
 def _number_list(values: Any, what: str, name: str) -> list[Any]:

@@ -412,18 +412,17 @@ class _State:
         # One line: an interrupt never falls between taking the reference and returning.
         self.unused_programs.pop(key, None); prog.refs += 1; return prog  # noqa: E702
 
-    def unref_program(self, prog: _Program) -> None:
-        prog.refs -= 1
-        if prog.refs == 0:
-            self.unused_programs[prog.key] = prog
-            while len(self.unused_programs) > UNUSED_PROGRAMS_KEPT:
-                _, old = self.unused_programs.popitem(last=False)
-                self._destroy_program(old)
+    def unref_program(self, holder: Any) -> None:
+        """Drops the reference `holder.program` (an algorithm's handle) holds, and clears
+        it. One line: a Ctrl-C falls before it (the release runs again and does it) or
+        after it, never between taking the reference and counting it."""
+        prog, holder.program = holder.program, None; prog.refs -= 1; prog.refs or self.unused_programs.update({prog.key: prog})  # noqa: E501,E702
+        while len(self.unused_programs) > UNUSED_PROGRAMS_KEPT:
+            self._destroy_program(self.unused_programs.popitem(last=False)[1])
 
     def _destroy_program(self, prog: _Program) -> None:
-        del self.programs[prog.key]
-        lib.sg_program_destroy(prog.handle)
-        prog.handle = None
+        # One line (Ctrl-C): forgotten and destroyed together.
+        del self.programs[prog.key]; lib.sg_program_destroy(prog.handle); prog.handle = None  # noqa: E702
 
     def drop_unused_programs(self) -> int:
         n = len(self.unused_programs)

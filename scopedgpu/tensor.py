@@ -90,22 +90,24 @@ class _TensorHandle(Handle):
         self.host: np.ndarray | None = None
 
     def release(self, state: _State, closing: bool) -> None:
+        # Each range is taken (cleared) in the line that frees it: a release that a
+        # Ctrl-C cut short and that runs again (Child.destroy) never frees one twice.
         if closing:
             return  # the pool is destroyed whole, imports included
         pool = state.pool
         if self.host is None and self.gpu is not None and self.stage is not None:
-            pool.free_pair(self.gpu, self.stage)
-            self.gpu = self.stage = None
+            gpu, stage, self.gpu, self.stage = self.gpu, self.stage, None, None; pool.free_pair(gpu, stage)  # noqa: E501,E702
             return
         if self.gpu is not None:
-            pool.free(self.gpu)
+            gpu, self.gpu = self.gpu, None; pool.free(gpu)  # noqa: E702
         if self.stage is not None:
             if self.host is not None:
-                pool.unimport(self.stage)   # the device no longer refers to the memory...
+                # the device no longer refers to the memory, so numpy may free it with
+                # its last view (self.host dropped below)
+                stage, self.stage = self.stage, None; pool.unimport(stage)  # noqa: E702
             else:
-                pool.free(self.stage)
-        self.gpu = self.stage = None
-        self.host = None                    # ...so numpy may free it with its last view
+                stage, self.stage = self.stage, None; pool.free(stage)  # noqa: E702
+        self.host = None
 
 
 class Tensor(Child):
@@ -318,12 +320,19 @@ class Tensor(Child):
                 return
             self._destroyed = True
             ref = self._ref
-            handle = state.handles.pop(ref, None)
-            state.tensors.refs.pop(ref, None)
-            if handle is not None:
-                if state.running:
+            handle = None
+            # Ctrl-C anywhere below: a handle unregistered and not yet released is
+            # released by the finally (a release cut short runs again: it frees nothing
+            # twice); `handle` is cleared in the line that completes the release.
+            try:
+                handle = state.handles.pop(ref, None); state.tensors.refs.pop(ref, None)  # noqa: E702
+                if handle is not None:
+                    if state.running:
+                        state.release(handle); handle = None  # noqa: E702
+                    else:
+                        handle.release(state, False); handle = None  # noqa: E702
+            finally:
+                if handle is not None:
                     state.release(handle)
-                else:
-                    handle.release(state, False)
             if state.debug:
                 state.check_validation(f"destroying {self!r}")
