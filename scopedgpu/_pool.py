@@ -151,6 +151,20 @@ class SubPool:
         i = bisect.bisect_left(self.free, (size, -1, -1))
         if i == len(self.free):
             return None
+        return self._carve(i, size)
+
+    def take_where(self, size: int, ok: Callable[[Block], bool]) -> Allocation | None:
+        """Best fit among the free ranges of blocks that `ok` accepts (slow: a scan)."""
+        if self.binned:
+            self.flush_bins()
+        free = self.free
+        for i in range(bisect.bisect_left(free, (size, -1, -1)), len(free)):
+            if ok(self.blocks[free[i][1]]):
+                return self._carve(i, size)
+        return None
+
+    def _carve(self, i: int, size: int) -> Allocation:
+        """Allocates `size` bytes at the start of free range i; the rest stays free."""
         fsize, bid, off = self.free.pop(i)
         blk = self.blocks[bid]
         del blk.free_start[off]
@@ -161,27 +175,6 @@ class SubPool:
             self.pool._refilled(blk)
         blk.nallocs += 1
         return Allocation(blk, off, size, size)
-
-    def take_where(self, size: int, ok: Callable[[Block], bool]) -> Allocation | None:
-        """Best fit among the free ranges of blocks that `ok` accepts (slow: a scan)."""
-        if self.binned:
-            self.flush_bins()
-        free = self.free
-        for i in range(bisect.bisect_left(free, (size, -1, -1)), len(free)):
-            fsize, bid, off = free[i]
-            blk = self.blocks[bid]
-            if not ok(blk):
-                continue
-            del free[i]
-            del blk.free_start[off]
-            del blk.free_end[off + fsize]
-            if fsize > size:
-                self._add_free(blk, off + size, fsize - size)
-            if not blk.nallocs:
-                self.pool._refilled(blk)
-            blk.nallocs += 1
-            return Allocation(blk, off, size, size)
-        return None
 
     def _add_free(self, blk: Block, off: int, size: int) -> None:
         blk.free_start[off] = size
