@@ -107,6 +107,10 @@ const char *sg_build_id(void);
 /* Name of the Vulkan (or shim) call that produced the last error on this thread. */
 const char *sg_last_call(void);
 
+/* Name of a return code: a VkResult ("VK_ERROR_DEVICE_LOST") or one of the SG_ERR_*
+ * codes ("SG_ERR_RANGE"); NULL for a code it does not know. Static storage. */
+const char *sg_result_name(int code);
+
 /* Loads the Vulkan loader (dlopen). path NULL: the platform's default name.
  * Idempotent. On failure err receives the loader's message. */
 int sg_loader_open(const char *path, char *err, size_t errlen);

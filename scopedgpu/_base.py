@@ -2,15 +2,28 @@
 from __future__ import annotations
 
 import itertools
+import threading
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, TypeVar
 
 from scopedgpu._errors import DestroyedError, ForkedError
 
-if TYPE_CHECKING:
-    from scopedgpu.manager import Manager
+ids = itertools.count(1)   # object numbers, never reused (repr, signatures)
+C = TypeVar("C", bound="Child")
 
-_ids = itertools.count(1)
+
+class EngineLike(Protocol):
+    """What a child needs of its manager's lifetime engine (scopedgpu._engine.Engine)."""
+    lock: threading.RLock
+    closed: bool
+    forked: bool
+    pid: int
+    debug: bool
+    handles: dict[weakref.ref, Handle]
+
+    def unreachable(self, ref: weakref.ref) -> None: ...
+    def release(self, handle: Handle) -> None: ...
+    def check_validation(self, what: str) -> None: ...
 
 # What to do instead of copying or pickling an object that owns a GPU handle: a copy
 # would share the handle, and destroying either would leave the other on freed memory.
@@ -28,11 +41,38 @@ def refuse_copy(obj: object, what: str, how: str) -> TypeError:
                      f"share. Instead, {COPY_HINTS[what]}.")
 
 
+def first_destroyed(objs: list[Child]) -> Child | None:
+    """The first destroyed object of a list, or None (a sequence's check before eval:
+    one call, not one property read per object, on the re-evaluation path)."""
+    for obj in objs:
+        if obj._destroyed:
+            return obj
+    return None
+
+
+def handles_of(objs: Any) -> frozenset[Handle]:
+    """The handles the objects own (what a submission that uses them keeps in flight)."""
+    return frozenset(o._handle for o in objs)
+
+
 class Handle:
     """What a child object owns, kept apart from the object so that a finalizer can
     release it without holding the object. release() runs once, under the manager's lock,
     after the GPU work that used it has completed."""
     __slots__ = ("__weakref__",)
+    # The order of release when the manager closes: sequences (0) before the algorithms
+    # (1) their commands use, before tensors (2).
+    close_order = 2
+    # Whether a release cut short may simply run again (the collector then dequeues the
+    # handle only once its release returned).
+    requeue_safe = False
+
+    def pending_seq(self) -> Any:
+        """The sg_seq whose last submission may still use this handle (sequences)."""
+        return None
+
+    def complete(self) -> None:
+        """Host work due when the handle's submission completed (sequences)."""
 
     def release(self, state: Any, closing: bool) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -49,16 +89,16 @@ class ChildSet:
         self.refs: dict[weakref.ref, None] = {}
 
     def add(self, obj: Child) -> None:
-        self.refs[obj._ref] = None
+        self.refs[obj.ref] = None
 
     def discard(self, obj: Child) -> None:
-        self.refs.pop(obj._ref, None)
+        self.refs.pop(obj.ref, None)
 
     def __len__(self) -> int:
         return len(self.refs)
 
     def __contains__(self, obj: object) -> bool:
-        return getattr(obj, "_ref", None) in self.refs
+        return getattr(obj, "ref", None) in self.refs
 
     def __iter__(self):
         for ref in list(self.refs):
@@ -75,26 +115,58 @@ class Child:
     DestroyedError on use after destroy or after the manager closed, `with` scoping."""
     # What every child sets, as slots (see Tensor); subclasses without __slots__ of their
     # own get a __dict__ as usual.
-    __slots__ = ("_mgr", "_id", "_destroyed", "_handle", "_ref", "__weakref__")
+    __slots__ = ("_mgr", "_engine", "_id", "_destroyed", "_handle", "_ref", "__weakref__")
     _what = "object"
+    _mgr: Any
+    _engine: Any
 
-    def __init__(self, manager: Manager, handle: Handle):
-        self._mgr = manager
-        self._id = next(_ids)
+    def __init__(self, manager: object, engine: EngineLike, handle: Handle):
+        self._mgr = manager      # opaque here: only handed out by the `manager` property
+        self._engine = engine
+        self._id = next(ids)
         self._destroyed = False
         self._handle = handle
-        # The manager's state holds the weak reference and the handle, never self: when
-        # self becomes unreachable the reference's callback queues the handle for release
+        # The engine holds the weak reference and the handle, never self: when self
+        # becomes unreachable the reference's callback queues the handle for release
         # at the next safe point. (A plain weakref in a dict costs a fifth of a
         # weakref.finalize, which matters when tensors are made and freed by the 100,000.)
-        state = manager._state
-        self._ref = ref = weakref.ref(self, state.unreachable)
-        state.handles[ref] = handle
+        self._ref = ref = weakref.ref(self, engine.unreachable)
+        engine.handles[ref] = handle
 
     @property
-    def manager(self) -> Manager:
+    def manager(self) -> Any:
         """The Manager that made this object (held strongly)."""
         return self._mgr
+
+    # -- the package's interface (the engine, the ops and the other children) --------
+    @property
+    def ref(self) -> weakref.ref:
+        """The weak reference the engine knows this object by (package-internal)."""
+        return self._ref
+
+    @property
+    def lock(self) -> Any:
+        """The manager's lock, which guards this object's state (package-internal)."""
+        return self._engine.lock
+
+    @property
+    def number(self) -> int:
+        """This object's number, never reused in the process (package-internal)."""
+        return self._id
+
+    def check_alive(self) -> None:
+        """DestroyedError (ForkedError) when destroyed (package-internal)."""
+        if self._destroyed:
+            self._check()
+
+    def mark_destroyed(self) -> Handle | None:
+        """Marks the object destroyed; returns its handle if the caller must release it
+        (package-internal: the engine's close, abandon and fork)."""
+        return self._mark_destroyed()
+
+    def release_now(self) -> None:
+        """destroy() without its validation check (package-internal; see _release_now)."""
+        self._release_now()
 
     @property
     def destroyed(self) -> bool:
@@ -103,7 +175,7 @@ class Child:
 
     def _check(self) -> None:
         if self._destroyed:
-            state = self._mgr._state
+            state = self._engine
             if state.forked:
                 raise ForkedError(
                     f"{self!r} cannot be used in this process: its manager was created "
@@ -128,11 +200,11 @@ class Child:
         if self._destroyed:
             return None
         self._destroyed = True
-        return self._mgr._state.handles.pop(self._ref, None)
+        return self._engine.handles.pop(self._ref, None)
 
     def destroy(self) -> None:
         """Releases the object's resources (after the GPU work that uses them). Idempotent."""
-        state = self._mgr._state
+        state = self._engine
         with state.lock:
             self._release_now()
             if state.debug:
@@ -142,7 +214,7 @@ class Child:
         """destroy() without its validation check, for the manager's own cleanup
         (collect(), close(), a sequence destroying the algorithms it built), where a
         message of the layer must not abort the cleanup halfway. The caller holds the lock."""
-        state = self._mgr._state
+        state = self._engine
         handle = None
         # Ctrl-C anywhere below: a handle unregistered and not yet released is released
         # by the finally (a release cut short runs again: it frees nothing twice);
@@ -160,7 +232,7 @@ class Child:
     def _forget(self) -> None:
         """Hook: drop the manager's bookkeeping for this object."""
 
-    def __enter__(self):
+    def __enter__(self: C) -> C:
         self._check()
         return self
 

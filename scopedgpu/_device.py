@@ -6,8 +6,8 @@ import sys
 import threading
 from dataclasses import dataclass, field
 
-from scopedgpu._errors import NoDeviceError, check
-from scopedgpu._ffi import ffi, lib
+from scopedgpu import _vk
+from scopedgpu._errors import NoDeviceError
 
 __all__ = ["DeviceInfo", "devices", "choose_device", "load_vulkan", "loader_names"]
 
@@ -85,15 +85,15 @@ def load_vulkan() -> None:
     with _loader_lock:
         if _loader_ok:
             return
-        err = ffi.new("char[512]")
         path = os.environ.get("SCOPEDGPU_VULKAN_LIBRARY")
         names = [path] if path else loader_names()
         first = ""
         for name in names:
-            if lib.sg_loader_open(name.encode(), err, 512) == 0:
+            err = _vk.loader_open(name)
+            if err is None:
                 _loader_ok = True
                 return
-            first = first or ffi.string(err).decode(errors="replace")
+            first = first or err
         raise NoDeviceError(
             f"the Vulkan loader could not be loaded ({first}). " + INSTALL_HINT)
 
@@ -101,13 +101,13 @@ def load_vulkan() -> None:
 def _info_from(index: int, raw) -> DeviceInfo:
     heaps = [raw.memory_heap_size[i] for i in range(raw.memory_heap_count)]
     local = sum(heaps[i] for i in range(raw.memory_heap_count) if raw.memory_heap_flags[i] & 1)
-    driver = ffi.string(raw.driver_name).decode(errors="replace")
-    dinfo = ffi.string(raw.driver_info).decode(errors="replace")
+    driver = _vk.c_string(raw.driver_name)
+    dinfo = _vk.c_string(raw.driver_info)
     if dinfo:
         driver = f"{driver} {dinfo}".strip()
     return DeviceInfo(
         index=index,
-        name=ffi.string(raw.name).decode(errors="replace"),
+        name=_vk.c_string(raw.name),
         type=_TYPES.get(raw.device_type, "other"),
         vendor_id=raw.vendor_id,
         device_id=raw.device_id,
@@ -141,13 +141,10 @@ def _info_from(index: int, raw) -> DeviceInfo:
 
 
 def enumerate_devices(inst) -> list[DeviceInfo]:
-    count = ffi.new("uint32_t *")
-    check(lib.sg_instance_device_count(inst, count), "enumerating Vulkan devices")
     out = []
-    raw = ffi.new("sg_device_info *")
-    for i in range(count[0]):
-        check(lib.sg_instance_device_info(inst, i, raw), f"reading device {i}")
-        out.append(_info_from(i, raw))
+    raw = _vk.device_info_buffer()
+    for i in range(_vk.instance_device_count(inst)):
+        out.append(_info_from(i, _vk.instance_device_info(inst, i, raw)))
     return out
 
 
@@ -155,11 +152,11 @@ def devices() -> list[DeviceInfo]:
     """The Vulkan devices of this machine; needs no Manager. Raises NoDeviceError when no
     loader or driver is installed."""
     load_vulkan()
-    out = ffi.new("sg_instance **")
-    rc = lib.sg_instance_create(0, out)
+    out = _vk.out("instance")
+    rc = _vk.instance_create(0, out)
     if rc != 0:
         try:
-            check(rc, "creating a Vulkan instance")
+            _vk.check(rc, "creating a Vulkan instance")
         except NoDeviceError:
             raise
         except Exception as exc:
@@ -167,7 +164,7 @@ def devices() -> list[DeviceInfo]:
     try:
         return enumerate_devices(out[0])
     finally:
-        lib.sg_instance_destroy(out[0])
+        _vk.instance_destroy(out[0])
 
 
 def choose_device(infos: list[DeviceInfo], device: int | str | None) -> DeviceInfo:

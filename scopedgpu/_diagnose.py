@@ -98,7 +98,7 @@ def check_drivers(devices: list | None, error: str) -> Check:
 
 
 def check_layer(have_driver: bool) -> Check:
-    from scopedgpu._ffi import ffi, lib
+    from scopedgpu import _vk
     layers = [p for p in _manifests("explicit_layer.d", ("VK_LAYER_PATH",))
               if "khronos_validation" in os.path.basename(p).lower()
               or os.path.isdir(p)]
@@ -108,21 +108,20 @@ def check_layer(have_driver: bool) -> Check:
         return Check("Validation layer", False, "VK_LAYER_KHRONOS_validation not found",
                      _install("layer", "or the Vulkan SDK (https://vulkan.lunarg.com)"),
                      required=False)
-    out = ffi.new("sg_instance **")
-    rc = lib.sg_instance_create(1, out)
+    out = _vk.out("instance")
+    rc = _vk.instance_create(1, out)
     if rc == 0:
-        lib.sg_instance_destroy(out[0])
+        _vk.instance_destroy(out[0])
         where = layers[0] if layers else "VK_LAYER_KHRONOS_validation"
         return Check("Validation layer", True, f"{where} (Manager(debug=True) or "
                      "SCOPEDGPU_DEBUG=1 turns it on)", required=False)
-    if rc == lib.SG_ERR_NO_LAYER:
+    if rc == _vk.ERR_NO_LAYER:
         return Check("Validation layer", False, "VK_LAYER_KHRONOS_validation not found; "
                      "debug=True runs without validation",
                      _install("layer", "or the Vulkan SDK (https://vulkan.lunarg.com)"),
                      required=False)
-    from scopedgpu._errors import result_name
     return Check("Validation layer", False, f"could not create a debug instance "
-                 f"({result_name(rc)})", "", required=False)
+                 f"({_vk.result_name(rc)})", "", required=False)
 
 
 def check_compiler() -> Check:

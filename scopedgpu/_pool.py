@@ -42,8 +42,8 @@ import bisect
 import itertools
 from typing import TYPE_CHECKING, Callable
 
-from scopedgpu._errors import DeviceError, OutOfMemoryError, check
-from scopedgpu._ffi import ffi, lib
+from scopedgpu import _vk
+from scopedgpu._errors import DeviceError, OutOfMemoryError
 
 if TYPE_CHECKING:
     from scopedgpu._device import DeviceInfo
@@ -374,15 +374,14 @@ class Pool:
         if not align or address % align:
             return None
         size = (nbytes + align - 1) // align * align
-        bits = ffi.new("uint32_t *")
-        ptr = ffi.cast("void *", address)
-        if lib.sg_host_pointer_types(self._dev, ptr, bits) != 0 or not bits[0]:
+        bits = _vk.host_pointer_types(self._dev, address)
+        if not bits:
             return None
-        ranked = [t for t in self._types["host"] if bits[0] >> t & 1]
-        ranked += [t for t in range(32) if bits[0] >> t & 1 and t not in ranked]
-        out = ffi.new("sg_block **")
+        ranked = [t for t in self._types["host"] if bits >> t & 1]
+        ranked += [t for t in range(32) if bits >> t & 1 and t not in ranked]
+        out = _vk.out("block")
         for mem_type in ranked:
-            if lib.sg_block_import(self._dev, ptr, size, mem_type, out) == 0:
+            if _vk.block_import(self._dev, address, size, mem_type, out) == 0:
                 blk = Block(next(self._ids), out[0], address, size, mem_type, None)  # type: ignore[arg-type]
                 blk.nallocs = 1
                 self.imports[blk.id] = blk
@@ -393,8 +392,8 @@ class Pool:
     def unimport(self, a: Allocation) -> None:
         blk = self.imports.pop(a.block.id, None)
         if blk is not None:
-            lib.sg_block_destroy(blk.handle)
-            blk.handle = ffi.NULL
+            _vk.block_destroy(blk.handle)
+            blk.handle = _vk.NULL
             self.imported -= blk.size
 
     def round(self, nbytes: int) -> int:
@@ -547,8 +546,8 @@ class Pool:
         """Gives an empty block back to the driver."""
         self._refilled(blk)
         blk.sub.remove_block(blk)
-        lib.sg_block_destroy(blk.handle)
-        blk.handle = ffi.NULL
+        _vk.block_destroy(blk.handle)
+        blk.handle = _vk.NULL
         self.reserved -= blk.size
         self.heap_reserved[blk.heap] -= blk.size
 
@@ -570,7 +569,7 @@ class Pool:
         return None
 
     def _create_block(self, sub: SubPool, size: int) -> Block | None:
-        out = ffi.new("sg_block **")
+        out = _vk.out("block")
         for mem_type in self._types[sub.kind]:
             heap, heap_size = self._heap_of(mem_type)
             if self.heap_reserved[heap] + size > heap_size:
@@ -578,15 +577,15 @@ class Pool:
             mapped = sub.kind == "host" or (
                 self._map_device and self.info.memory_type_flags[mem_type] &
                 (HOST_VISIBLE | HOST_COHERENT) == HOST_VISIBLE | HOST_COHERENT)
-            rc = lib.sg_block_create(self._dev, size, mem_type, 1 if mapped else 0, out)
-            if rc == lib.SG_ERR_MEMORY_TYPE:
+            rc = _vk.block_create(self._dev, size, mem_type, 1 if mapped else 0, out)
+            if rc == _vk.ERR_MEMORY_TYPE:
                 continue
             try:
-                check(rc, f"allocating a {sub.kind} memory block of {size} bytes "
+                _vk.check(rc, f"allocating a {sub.kind} memory block of {size} bytes "
                           f"(memory type {mem_type})")
             except OutOfMemoryError:
                 continue
-            ptr = int(ffi.cast("uintptr_t", lib.sg_block_ptr(out[0]))) if mapped else 0
+            ptr = _vk.block_address(out[0]) if mapped else 0
             self.reserved += size
             self.heap_reserved[heap] += size
             return Block(next(self._ids), out[0], ptr, size, mem_type, sub, heap)
@@ -608,16 +607,16 @@ class Pool:
         """Destroys every block, allocated or not. The device must be idle."""
         for sub in self._subs.values():
             for blk in sub.blocks.values():
-                lib.sg_block_destroy(blk.handle)
-                blk.handle = ffi.NULL
+                _vk.block_destroy(blk.handle)
+                blk.handle = _vk.NULL
             sub.blocks.clear()
             sub.free.clear()
             if sub.bins is not None:
                 sub.bins.clear()
             sub.binned = 0
         for blk in self.imports.values():
-            lib.sg_block_destroy(blk.handle)
-            blk.handle = ffi.NULL
+            _vk.block_destroy(blk.handle)
+            blk.handle = _vk.NULL
         self.imports.clear()
         self.empty.clear()
         self.empty_bytes = 0

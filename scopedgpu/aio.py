@@ -103,7 +103,7 @@ class _Waiter:
             return True
         # Never blocks on the manager's lock: a thread holding it (wait_idle, close, an
         # upload) must not hold up the sequences of every other manager and loop.
-        lock = entry.seq._mgr._state.lock
+        lock = entry.seq.lock
         if not lock.acquire(blocking=False):
             return False              # polled again next slice
         try:
@@ -160,7 +160,7 @@ async def wait(seq: Sequence, timeout: float | None = None) -> bool:
     seconds (None: no limit), without blocking the event loop. True when it completed
     (the host copies of its OpTensorSyncLocal ops are then done), False on timeout (the
     sequence still runs). A wait the driver fails raises DeviceError."""
-    seq._check()
+    seq.check_alive()
     if timeout is not None and not timeout >= 0:
         raise ValueError(f"timeout must be None or >= 0 seconds, not {timeout!r}")
     if not seq.is_running:

@@ -5,35 +5,38 @@ import math
 import numbers
 import operator
 import struct
-from typing import TYPE_CHECKING, Any, Sequence as Seq
+from typing import Any, Sequence as Seq, TypeVar
 
 import numpy as np
 
+from scopedgpu import _vk
 from scopedgpu._base import Child, Handle
-from scopedgpu._errors import ShaderError, check
-from scopedgpu._ffi import ffi, lib
+from scopedgpu._caches import Programs, _Program
+from scopedgpu._engine import Engine
+from scopedgpu._errors import ShaderError
 from scopedgpu._spirv import ShaderInfo, SpecConstant
 from scopedgpu.tensor import Tensor
 
-if TYPE_CHECKING:
-    from scopedgpu.manager import Manager, _Program, _State
+A = TypeVar("A", bound="Algorithm")
 
 __all__ = ["Algorithm", "encode_push_consts", "encode_spec_consts"]
 
 
 class _AlgoHandle(Handle):
-    __slots__ = ("dset", "program")
+    __slots__ = ("dset", "program", "programs")
+    close_order = 1   # after the sequences whose commands use it, before tensors
 
-    def __init__(self, dset: Any, program: _Program | None):
+    def __init__(self, dset: Any, program: _Program | None, programs: Programs):
         self.dset = dset
         self.program: _Program | None = program
+        self.programs = programs
 
-    def release(self, state: _State, closing: bool) -> None:
+    def release(self, state: Engine, closing: bool) -> None:
         # Taken in the line that frees it: run again after a Ctrl-C, never freed twice.
         if self.dset is not None:
-            dset, self.dset = self.dset, None; lib.sg_dset_destroy(dset)  # noqa: E702
+            dset, self.dset = self.dset, None; _vk.dset_destroy(dset)  # noqa: E702
         if self.program is not None:
-            state.unref_program(self)   # takes and clears self.program in one line
+            self.programs.unref(self)   # takes and clears self.program in one line
 
 
 def _number_list(values: Any, what: str, name: str) -> list[Any]:
@@ -205,18 +208,18 @@ class Algorithm(Child):
     """
     _what = "algorithm"
 
-    def __init__(self, manager: Manager, tensors: Seq[Tensor], spirv: bytes,
+    def __init__(self, manager: object, engine: Engine, tensors: Seq[Tensor], spirv: bytes,
                  workgroup: Seq[int] | None, spec_consts: Any, push_consts: Any, *,
                  reinterpret: bool = False):
-        state = manager._state
+        state = engine
         tensors = list(tensors)
         for i, t in enumerate(tensors):
             if not isinstance(t, Tensor):
                 raise TypeError(f"algorithm binding {i} must be a Tensor, not {type(t).__name__}")
             if t.manager is not manager:
                 raise ValueError(f"algorithm binding {i}: {t!r} belongs to another manager")
-            t._check()
-        info = state.reflect(spirv)
+            t.check_alive()
+        info = state.reflections.get(spirv)
         what = f"algorithm over {len(tensors)} tensors"
         if info.other_descriptors:
             dset, binding, kind = info.other_descriptors[0]
@@ -280,6 +283,7 @@ class Algorithm(Child):
                 f"variables, specialization constants applied), more than this device's "
                 f"maxComputeSharedMemorySize ({dev.max_shared_memory_size} bytes)")
         self._info = info
+        self._engine_info = dev   # the DeviceInfo (check_workgroup runs before Child.__init__)
         self._local_size = local
         push = encode_push_consts(push_consts, what)
         self._push = self._check_push(push, what) if push else bytes(info.push_constant_size)
@@ -295,26 +299,23 @@ class Algorithm(Child):
                 state.stale_validation(f"creating {what}")
             # Ctrl-C may arrive anywhere below: the handle owns the program reference
             # as soon as it is taken, and the descriptor set as soon as the shim returns it.
-            handle = _AlgoHandle(None, None)
-            out = ffi.new("sg_dset **")
+            handle = _AlgoHandle(None, None, state.programs)
+            out = _vk.out("dset")
             try:
-                handle.program = program = state.get_program(spirv, info, spec, len(tensors))
-                blocks = ffi.new("sg_block *[]",
-                                 [t._gpu.block.handle for t in tensors] or [ffi.NULL])
-                offsets = ffi.new("uint64_t[]", [t._gpu.offset for t in tensors] or [0])
-                ranges = ffi.new("uint64_t[]", [t.nbytes for t in tensors] or [0])
-                rc = lib.sg_dset_create(state.dev, program.handle, len(tensors), blocks,
-                                        offsets, ranges, out)
-                check(rc, f"creating the descriptor set of {what}")
+                handle.program = program = state.programs.get(spirv, info, spec, len(tensors))
+                ranges = [t.gpu_range for t in tensors]
+                _vk.dset_create(state.dev, program.handle, [r.block.handle for r in ranges],
+                                [r.offset for r in ranges], [t.nbytes for t in tensors], out,
+                                f"creating the descriptor set of {what}")
                 handle.dset = out[0]
-                super().__init__(manager, handle)
+                super().__init__(manager, engine, handle)
                 state.algorithms.add(self)
             except BaseException as exc:
                 ref = getattr(self, "_ref", None)
                 if ref is not None:
                     state.algorithms.refs.pop(ref, None)
                     state.handles.pop(ref, None)
-                if handle.dset is None and out[0] != ffi.NULL:
+                if handle.dset is None and out[0] != _vk.NULL:
                     handle.dset = out[0]
                 handle.release(state, False)
                 if state.debug:
@@ -350,7 +351,7 @@ class Algorithm(Child):
             wg = ((n + local - 1) // local, 1, 1)
             if wg[0] > maxc[0]:
                 t = tensors[0]
-                dev = t.manager._state.info
+                dev = self._engine_info
                 need = -(-n // maxc[0])
                 raise ValueError(
                     f"{what}: no workgroup was given, and the default (one invocation per "
@@ -416,5 +417,38 @@ class Algorithm(Child):
         return (f"<Algorithm #{self._id} bindings={len(self._tensors)} "
                 f"workgroup={self._workgroup} local_size={self._local_size}{state}>")
 
+    def __enter__(self: A) -> A:
+        self._check()
+        return self
+
+    # -- the package's interface (ops and sequences) ----------------------------------
+    @property
+    def bound(self) -> list[Tensor]:
+        """The bound tensors themselves, not a copy (package-internal)."""
+        return self._tensors
+
+    @property
+    def push_bytes(self) -> bytes:
+        """The default push constants, encoded (package-internal)."""
+        return self._push
+
+    @property
+    def max_workgroup_count(self) -> tuple[int, int, int]:
+        return self._engine_info.max_workgroup_count
+
+    def check_push(self, push: bytes, what: str) -> bytes:
+        """Push-constant bytes checked against the shader (package-internal)."""
+        return self._check_push(push, what)
+
+    @property
+    def handle(self) -> Handle:
+        """What this algorithm owns (package-internal: a sequence's in-flight set)."""
+        return self._handle
+
+    def dispatch_handles(self) -> tuple[Any, Any]:
+        """(pipeline, descriptor set) of a live algorithm, for a dispatch."""
+        h = self._handle
+        return h.program.handle, h.dset  # type: ignore[attr-defined]
+
     def _forget(self) -> None:
-        self._mgr._state.algorithms.discard(self)
+        self._engine.algorithms.discard(self)

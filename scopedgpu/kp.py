@@ -187,9 +187,7 @@ class Algorithm:
         if not isinstance(spirv, (bytes, bytearray, memoryview)):
             raise TypeError(f"spirv must be bytes, not {type(spirv).__name__}")
         mgr = self._manager._m
-        mgr._open()
-        with mgr._state.lock:   # reflect() updates the shared shader caches
-            info = mgr._state.reflect(bytes(spirv))
+        info = mgr.shader_info(bytes(spirv))
         spec = _consts(spec_consts, "spec_consts")
         if spec is not None:
             # Vulkan ignores specialization constants the module does not declare (an

@@ -3,33 +3,25 @@ them. The barriers between dependent operations are inserted by the sequence's r
 from the accesses each op declares."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable, Sequence as Seq
+from typing import Any, Iterable, Protocol, Sequence as Seq
 
 import numpy as np
 
-from scopedgpu._ffi import lib
+from scopedgpu._record import STAGE_COMPUTE, STAGE_HOST, STAGE_TRANSFER, Recorder
+from scopedgpu._shaders import builtin_spirv
 from scopedgpu.algorithm import Algorithm, encode_push_consts
 from scopedgpu.tensor import Tensor
-
-if TYPE_CHECKING:
-    from scopedgpu._pool import Allocation
-    from scopedgpu.sequence import Sequence, _Recorder
 
 __all__ = ["Op", "OpTensorSyncDevice", "OpTensorSyncLocal", "OpAlgoDispatch", "OpTensorCopy",
            "OpMult", "OpMemoryBarrier"]
 
-# VkPipelineStageFlagBits / VkAccessFlagBits used by the recorder
-STAGE_COMPUTE = 0x800
-STAGE_TRANSFER = 0x1000
-STAGE_HOST = 0x4000
-ACCESS_SHADER_READ = 0x20
-ACCESS_SHADER_WRITE = 0x40
-ACCESS_TRANSFER_READ = 0x800
-ACCESS_TRANSFER_WRITE = 0x1000
-ACCESS_HOST_READ = 0x2000
 
-# One declared access: (allocation, stage, writes?)
-Use = tuple["Allocation", int, bool]
+
+class Recording(Protocol):
+    """What an op's bind() needs of the sequence it is recorded into."""
+    @property
+    def manager(self) -> Any: ...
+    def own(self, algo: Algorithm) -> None: ...
 
 
 def _tensor_list(tensors: Any, what: str, min_count: int = 1) -> list[Tensor]:
@@ -48,36 +40,36 @@ def _tensor_list(tensors: Any, what: str, min_count: int = 1) -> list[Tensor]:
 
 
 class Op:
-    """Base class. Subclasses declare what they touch; the sequence does the rest."""
+    """Base class. Subclasses declare what they touch; the sequence does the rest.
+    The methods below are the interface between an op and the sequence that records it."""
 
-    def _objects(self) -> Iterable[Any]:
+    def objects(self) -> Iterable[Any]:
         """Tensors and algorithms that must be alive when the sequence is evaluated."""
         return ()
 
-    def _bind(self, seq: Sequence) -> Op:
+    def bind(self, seq: Recording) -> Op:
         """Checks the op against the sequence's manager at record() time; returns the op
         whose commands the sequence records (itself, or one built for this sequence)."""
-        mgr = seq._mgr
-        for obj in self._objects():
-            if obj._destroyed:
-                obj._check()
-            if obj._mgr is not mgr:
+        mgr = seq.manager
+        for obj in self.objects():
+            obj.check_alive()
+            if obj.manager is not mgr:
                 raise ValueError(f"{type(self).__name__}: {obj!r} belongs to another manager")
         return self
 
-    def _record(self, rec: _Recorder) -> None:
+    def record(self, rec: Recorder) -> None:
         """Emits the op's GPU commands."""
 
-    def _pre(self) -> None:
+    def pre_submit(self) -> None:
         """Host work before submission."""
 
-    def _host_read(self) -> Iterable[Tensor]:
+    def host_read(self) -> Iterable[Tensor]:
         """Tensors whose host data is refreshed from their host-visible memory once the
         sequence's fence signalled."""
         return ()
 
-    def _host_written(self) -> Iterable[Tensor]:
-        """Tensors whose host-visible memory _pre() writes."""
+    def host_written(self) -> Iterable[Tensor]:
+        """Tensors whose host-visible memory pre_submit() writes."""
         return ()
 
 
@@ -91,23 +83,24 @@ class OpTensorSyncDevice(Op):
                 raise TypeError(f"OpTensorSyncDevice: {t!r} is a storage tensor, which has no "
                                 "host data to sync; copy from a device tensor with OpTensorCopy")
 
-    def _objects(self):
+    def objects(self):
         return self.tensors
 
-    def _record(self, rec):
+    def record(self, rec):
         for t in self.tensors:
+            gpu = t.gpu_range
             if t.kind == "device":
-                rec.use([(t._stage, STAGE_TRANSFER, False), (t._gpu, STAGE_TRANSFER, True)])
-                lib.sg_seq_copy(rec.h, t._stage.block.handle, t._stage.offset,
-                                t._gpu.block.handle, t._gpu.offset, t.nbytes)
+                stage = t.stage_range
+                rec.use([(stage, STAGE_TRANSFER, False), (gpu, STAGE_TRANSFER, True)])
+                rec.copy(stage, gpu, t.nbytes)
             else:  # host tensor: the host write before submission is all it takes
-                rec.use([(t._gpu, STAGE_HOST, True)])
+                rec.use([(gpu, STAGE_HOST, True)])
 
-    def _pre(self):
+    def pre_submit(self):
         for t in self.tensors:
-            t._to_mapped()
+            t.write_mapped()
 
-    def _host_written(self):
+    def host_written(self):
         return self.tensors
 
 
@@ -121,19 +114,20 @@ class OpTensorSyncLocal(Op):
                 raise TypeError(f"OpTensorSyncLocal: {t!r} is a storage tensor, which has no "
                                 "host data; copy it into a device tensor with OpTensorCopy")
 
-    def _objects(self):
+    def objects(self):
         return self.tensors
 
-    def _record(self, rec):
+    def record(self, rec):
         for t in self.tensors:
+            gpu = t.gpu_range
             if t.kind == "device":
-                rec.use([(t._gpu, STAGE_TRANSFER, False), (t._stage, STAGE_TRANSFER, True)])
-                lib.sg_seq_copy(rec.h, t._gpu.block.handle, t._gpu.offset,
-                                t._stage.block.handle, t._stage.offset, t.nbytes)
+                stage = t.stage_range
+                rec.use([(gpu, STAGE_TRANSFER, False), (stage, STAGE_TRANSFER, True)])
+                rec.copy(gpu, stage, t.nbytes)
             else:
-                rec.use([(t._gpu, STAGE_HOST, False)])
+                rec.use([(gpu, STAGE_HOST, False)])
 
-    def _host_read(self):
+    def host_read(self):
         return self.tensors
 
 
@@ -151,15 +145,16 @@ class OpTensorCopy(Op):
             if t is src:
                 raise ValueError("OpTensorCopy: a tensor cannot be copied onto itself")
 
-    def _objects(self):
+    def objects(self):
         return self.tensors
 
-    def _record(self, rec):
+    def record(self, rec):
         src = self.tensors[0]
+        a = src.gpu_range
         for dst in self.tensors[1:]:
-            rec.use([(src._gpu, STAGE_TRANSFER, False), (dst._gpu, STAGE_TRANSFER, True)])
-            lib.sg_seq_copy(rec.h, src._gpu.block.handle, src._gpu.offset,
-                            dst._gpu.block.handle, dst._gpu.offset, src.nbytes)
+            b = dst.gpu_range
+            rec.use([(a, STAGE_TRANSFER, False), (b, STAGE_TRANSFER, True)])
+            rec.copy(a, b, src.nbytes)
 
 
 class OpAlgoDispatch(Op):
@@ -169,32 +164,30 @@ class OpAlgoDispatch(Op):
                  workgroup: Seq[int] | None = None):
         if not isinstance(algorithm, Algorithm):
             raise TypeError(f"OpAlgoDispatch takes an Algorithm, not {type(algorithm).__name__}")
-        if algorithm._destroyed:
-            algorithm._check()
+        algorithm.check_alive()
         self.algorithm = algorithm
-        self._objs = (algorithm, *algorithm._tensors)
+        bound = algorithm.bound
+        self._objs = (algorithm, *bound)
         if push_consts is None and workgroup is None:   # the common case, kept cheap
-            self._push = algorithm._push
-            self._workgroup = algorithm._workgroup
+            self.push = algorithm.push_bytes
+            self.workgroup = algorithm.workgroup
             return
         what = f"OpAlgoDispatch({algorithm!r})"
         push = encode_push_consts(push_consts, what)
-        self._push = algorithm._check_push(push, what) if push else algorithm._push
-        self._workgroup = (algorithm._workgroup if workgroup is None else
-                           algorithm.check_workgroup(
-                               workgroup, algorithm._tensors, what,
-                               algorithm.manager._state.info.max_workgroup_count))
+        self.push = algorithm.check_push(push, what) if push else algorithm.push_bytes
+        self.workgroup = (algorithm.workgroup if workgroup is None else
+                          algorithm.check_workgroup(workgroup, bound, what,
+                                                    algorithm.max_workgroup_count))
 
-    def _objects(self):
+    def objects(self):
         return self._objs
 
-    def _record(self, rec):
+    def record(self, rec):
         algo = self.algorithm
-        rec.use([(t._gpu, STAGE_COMPUTE, True) for t in algo._tensors])
-        handle = algo._handle  # a live algorithm: eval checked _objects() first
-        x, y, z = self._workgroup
-        lib.sg_seq_dispatch(rec.h, handle.program.handle, handle.dset, self._push,
-                            len(self._push), x, y, z)
+        rec.use([(t.gpu_range, STAGE_COMPUTE, True) for t in algo.bound])
+        # a live algorithm: eval checked objects() first
+        program, dset = algo.dispatch_handles()
+        rec.dispatch(program, dset, self.push, self.workgroup)
 
 
 def elementwise_groups(n: int, limit: int = 65535) -> tuple[int, int, int]:
@@ -222,19 +215,18 @@ class OpMult(Op):
         if a.dtype not in self._SHADERS:
             raise TypeError(f"OpMult supports float32, int32 and uint32, not {a.dtype}")
 
-    def _objects(self):
+    def objects(self):
         return self.tensors
 
-    def _bind(self, seq):
+    def bind(self, seq):
         """Builds this sequence's dispatch of the built-in shader; the sequence owns the
         algorithm and destroys it with itself (the pipeline stays cached)."""
-        super()._bind(seq)
-        from scopedgpu._shaders import builtin_spirv
+        super().bind(seq)
         spirv = builtin_spirv(self._SHADERS[self.tensors[0].dtype])
         limit = seq.manager.device.max_workgroup_count[0]
         algo = seq.manager.algorithm(self.tensors, spirv,
                                      workgroup=elementwise_groups(self.tensors[0].size, limit))
-        seq._own(algo)
+        seq.own(algo)
         return OpAlgoDispatch(algo)
 
 
@@ -245,8 +237,8 @@ class OpMemoryBarrier(Op):
     def __init__(self, tensors: Seq[Tensor], *args: Any, **kwargs: Any):
         self.tensors = _tensor_list(tensors, "OpMemoryBarrier")
 
-    def _objects(self):
+    def objects(self):
         return self.tensors
 
-    def _record(self, rec):
+    def record(self, rec):
         rec.full_barrier()

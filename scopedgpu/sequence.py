@@ -6,41 +6,31 @@ import math
 import numbers
 import time
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeVar
 
-from scopedgpu._base import Child, Handle
-from scopedgpu._errors import DestroyedError, check
-from scopedgpu._ffi import ffi, lib
-from scopedgpu.tensor import _copy
-from scopedgpu.ops import (ACCESS_HOST_READ, ACCESS_SHADER_READ, ACCESS_SHADER_WRITE,
-                           ACCESS_TRANSFER_READ, ACCESS_TRANSFER_WRITE, STAGE_COMPUTE,
-                           STAGE_HOST, STAGE_TRANSFER, Op, OpAlgoDispatch, Use)
-
-if TYPE_CHECKING:
-    from scopedgpu.algorithm import Algorithm
-    from scopedgpu.manager import Manager, _State
+from scopedgpu import _vk
+from scopedgpu._base import Child, Handle, first_destroyed, handles_of
+from scopedgpu._engine import SPIN_NS, WAIT_SLICE_NS, Engine, Roots, fence_wait
+from scopedgpu._errors import DestroyedError
+from scopedgpu._record import record_commands
+from scopedgpu._transfer import copy as _copy
+from scopedgpu.algorithm import Algorithm
+from scopedgpu.ops import Op, OpAlgoDispatch
 
 __all__ = ["Sequence"]
 
-_GPU_STAGES = STAGE_COMPUTE | STAGE_TRANSFER
-_ALL_WRITES = ACCESS_SHADER_WRITE | ACCESS_TRANSFER_WRITE
-_ALL_GPU = ACCESS_SHADER_READ | ACCESS_SHADER_WRITE | ACCESS_TRANSFER_READ | ACCESS_TRANSFER_WRITE
-_ACCESS = {STAGE_COMPUTE: (ACCESS_SHADER_READ, ACCESS_SHADER_WRITE),
-           STAGE_TRANSFER: (ACCESS_TRANSFER_READ, ACCESS_TRANSFER_WRITE)}
-# Spin this long on the fence before blocking: a short dispatch completes within it.
-SPIN_NS = 200_000
-# Waits without a limit block in slices this long: between two, a Ctrl-C raises
-# KeyboardInterrupt (Python runs signal handlers only between bytecodes) and a manager
-# closed by another thread is noticed.
-WAIT_SLICE_NS = 50_000_000
 log = logging.getLogger("scopedgpu")
 TIMESTAMP_QUERIES = 64
-_SG_TIMEOUT = lib.SG_TIMEOUT
+_SG_TIMEOUT = _vk.TIMEOUT
 _EMPTY: frozenset = frozenset()
+_seq_submit = _vk.seq_submit
+S = TypeVar("S", bound="Sequence")
 
 
 class _SeqHandle(Handle):
     __slots__ = ("seq", "owned", "queue", "nqueries", "sig", "waiters", "copies")
+    close_order = 0     # before the algorithms and tensors its commands use
+    requeue_safe = True
 
     def __init__(self, seq: Any, queue: int, nqueries: int, sig: tuple | None = None):
         self.seq = seq
@@ -60,6 +50,9 @@ class _SeqHandle(Handle):
         # is gone when the manager's close() completes its work.
         self.copies: tuple[tuple[Any, Any, int], ...] = ()
 
+    def pending_seq(self) -> Any:
+        return self.seq
+
     def complete(self) -> None:
         """Does the host copies of the submission that completed."""
         copies = self.copies
@@ -68,7 +61,7 @@ class _SeqHandle(Handle):
             for dst, src, n in copies:
                 _copy(dst, src, n)
 
-    def release(self, state: _State, closing: bool) -> None:
+    def release(self, state: Engine, closing: bool) -> None:
         # Another thread may be inside sg_seq_wait on this sequence (it waits without the
         # lock): freeing or reusing the fence under it is a use after free. The last
         # waiter does it instead (close() waits for that before destroying the device).
@@ -80,7 +73,7 @@ class _SeqHandle(Handle):
             algo = ref()
             if algo is None:
                 continue   # collected with the sequence: its own release follows
-            algo._release_now()   # Ctrl-C-safe; no validation check inside cleanup
+            algo.release_now()   # Ctrl-C-safe; no validation check inside cleanup
         self.owned.clear()
 
     def take(self) -> Any:
@@ -88,7 +81,7 @@ class _SeqHandle(Handle):
         between the return and the call or append it is passed to)."""
         seq, self.seq = self.seq, None; return seq  # noqa: E702 - one line (Ctrl-C)
 
-    def destroy_now(self, state: _State, closing: bool) -> None:
+    def destroy_now(self, state: Engine, closing: bool) -> None:
         """Destroys the sg_seq, or keeps it for reuse by a new anonymous sequence; one whose
         submission is not known complete waits in state.limbo (freed by collect()).
         Safe to run again: the sg_seq leaves self.seq only where it is freed or kept."""
@@ -96,15 +89,15 @@ class _SeqHandle(Handle):
         seq = self.seq
         if seq is None:
             return   # released once only (close() may sweep it again)
-        if not closing and lib.sg_seq_status(seq) != 0:
+        if not closing and _vk.seq_status(seq) != 0:
             state.limbo.append(self.take())
             return
-        if closing or self.nqueries or not state.recycle_seq(self):
+        if closing or self.nqueries or not state.seq_cache.recycle(self):
             # sg_seq_destroy waits for the fence of a submission still pending.
-            lib.sg_seq_destroy(self.take())
+            _vk.seq_destroy(self.take())
 
 
-def _leave(state: _State, handle: _SeqHandle, token: object) -> None:
+def _leave(state: Engine, handle: _SeqHandle, token: object) -> None:
     """A thread's fence wait ended: the last waiter frees a handle destroyed meanwhile.
     Idempotent."""
     with state.lock:
@@ -112,80 +105,6 @@ def _leave(state: _State, handle: _SeqHandle, token: object) -> None:
             handle.waiters.discard(token)
             if not handle.waiters and handle in state.doomed:
                 handle.destroy_now(state, False)
-
-
-def _fence_wait(state: _State, h: Any, timeout: float | None) -> int:
-    """sg_seq_wait for at most `timeout` seconds (None: no limit), in slices of
-    WAIT_SLICE_NS; stops early when the manager gave up on its work (abandoned)."""
-    if timeout is None:
-        rc = lib.sg_seq_wait(h, WAIT_SLICE_NS, SPIN_NS)
-        while rc == _SG_TIMEOUT and not state.abandoned:
-            rc = lib.sg_seq_wait(h, WAIT_SLICE_NS, 0)
-        return rc
-    deadline = time.monotonic() + timeout
-    ns = min(int(timeout * 1e9), WAIT_SLICE_NS)
-    rc = lib.sg_seq_wait(h, ns, SPIN_NS if SPIN_NS < ns else ns)
-    while rc == _SG_TIMEOUT and not state.abandoned:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            break
-        rc = lib.sg_seq_wait(h, min(int(left * 1e9), WAIT_SLICE_NS), 0)
-    return rc
-
-
-class _Recorder:
-    """Inserts a barrier before an op whose accesses conflict with earlier ones since the
-    last barrier (read after write, write after write, write after read). One global
-    memory barrier covers every earlier access, so the state resets after each."""
-
-    def __init__(self, h: Any):
-        self.h = h
-        # Allocations accessed since the last barrier. An Allocation object stands for
-        # its range: two live tensors never share one.
-        self.written: set[Any] = set()
-        self.read: set[Any] = set()
-        self.src_stages = 0
-        self.src_access = 0
-
-    def use(self, uses: list[Use]) -> None:
-        dst_stages = 0
-        dst_access = 0
-        hazard = False
-        written = self.written
-        read = self.read
-        for a, stage, write in uses:
-            if a in written or (write and a in read):
-                hazard = True
-            if stage != STAGE_HOST:
-                dst_stages |= stage
-                r, w = _ACCESS[stage]
-                dst_access |= r | w
-        if hazard and dst_stages:
-            self.barrier(dst_stages, dst_access)
-        for a, stage, write in uses:
-            if stage == STAGE_HOST:
-                continue
-            self.src_stages |= stage
-            if write:
-                written.add(a)
-                self.src_access |= _ACCESS[stage][1]
-            else:
-                read.add(a)
-
-    def barrier(self, dst_stages: int, dst_access: int) -> None:
-        if self.src_stages:
-            lib.sg_seq_barrier(self.h, self.src_stages, self.src_access, dst_stages, dst_access)
-        self.written.clear()
-        self.read.clear()
-        self.src_stages = 0
-        self.src_access = 0
-
-    def full_barrier(self) -> None:
-        lib.sg_seq_barrier(self.h, _GPU_STAGES, _ALL_WRITES, _GPU_STAGES, _ALL_GPU)
-        self.written.clear()
-        self.read.clear()
-        self.src_stages = 0
-        self.src_access = 0
 
 
 class Sequence(Child):
@@ -198,8 +117,10 @@ class Sequence(Child):
     """
     _what = "sequence"
 
-    def __init__(self, manager: Manager, name: str | None, queue: int, timestamps: bool):
-        state = manager._state
+    def __init__(self, manager: object, engine: Engine, roots: Roots, name: str | None,
+                 queue: int, timestamps: bool):
+        state = engine
+        self._roots = roots
         self._name = name
         self._queue = queue
         self._want_timestamps = timestamps
@@ -213,16 +134,16 @@ class Sequence(Child):
             cache = state.seq_cache.get(queue) if not timestamps else None
             sig = None
             h = None
-            out = ffi.new("sg_seq **")
+            out = _vk.out("seq")
             try:
                 if cache:
                     h, sig = cache.pop()
                 else:
-                    rc = lib.sg_seq_create(state.dev, queue, self._nqueries, out)
+                    rc = _vk.seq_create(state.dev, queue, self._nqueries, out)
                     if rc:
-                        check(rc, f"creating sequence {name!r} on queue {queue}")
+                        _vk.check(rc, f"creating sequence {name!r} on queue {queue}")
                     h = out[0]
-                super().__init__(manager, _SeqHandle(h, queue, self._nqueries, sig))
+                super().__init__(manager, engine, _SeqHandle(h, queue, self._nqueries, sig))
                 state.sequences.add(self)
             except BaseException:
                 # Anything (Ctrl-C included) between the shim's return and the end:
@@ -231,10 +152,10 @@ class Sequence(Child):
                 if ref is not None:
                     state.sequences.refs.pop(ref, None)
                     state.handles.pop(ref, None)
-                if h is None and out[0] != ffi.NULL:
+                if h is None and out[0] != _vk.NULL:
                     h = out[0]
                 if h is not None:
-                    lib.sg_seq_destroy(h)
+                    _vk.seq_destroy(h)
                 raise
         self._state = state
         self._h = h
@@ -277,16 +198,16 @@ class Sequence(Child):
         """True while its last submission has not completed."""
         if not self._running:
             return False
-        state = self._mgr._state
+        state = self._engine
         with state.lock:
             if self._running and self._h is not None:
-                rc = lib.sg_seq_status(self._h)
+                rc = _vk.seq_status(self._h)
                 if rc == 0:
                     self._finish()
                 elif rc != _SG_TIMEOUT:
                     # Not known to be complete: it still counts as running, and what it
                     # uses stays allocated.
-                    check(rc, f"polling {self!r}")
+                    _vk.check(rc, f"polling {self!r}")
         return self._running
 
     def __repr__(self) -> str:
@@ -306,7 +227,7 @@ class Sequence(Child):
         with state.lock:
             if state.closed:
                 state.check_open()
-            recorded = op._bind(self)
+            recorded = op.bind(self)
             self._ops.append((op, recorded))
             self._note_recorded(recorded)
             self._dirty = True
@@ -317,27 +238,27 @@ class Sequence(Child):
             if type(op) is OpAlgoDispatch:
                 # Algorithm ids are never reused; a live algorithm's pipeline and
                 # descriptor set never change.
-                self._sig += ((op.algorithm._id, op._push, op._workgroup),)
+                self._sig += ((op.algorithm.number, op.push, op.workgroup),)
             else:
                 self._sig = None
-        objs = list(op._objects())
+        objs = list(op.objects())
         self._objs.extend(objs)
         cls = type(op)
-        if cls._pre is not Op._pre:
+        if cls.pre_submit is not Op.pre_submit:
             self._pre_ops.append(op)
-        if cls._host_read is not Op._host_read:
-            copies = (t._read_back() for t in op._host_read())
+        if cls.host_read is not Op.host_read:
+            copies = (t.read_back() for t in op.host_read())
             self._copies += tuple(c for c in copies if c is not None)
-        written = op._host_written()
+        written = op.host_written()
         if written:
-            self._host_written.update(t._handle for t in written)
+            self._host_written.update(handles_of(written))
 
     def clear(self) -> None:
         """Forgets the recorded operations (waiting for a running submission first) and
         destroys the algorithms built for them (OpMult's)."""
         self._check()
         self._wait(None)
-        state = self._mgr._state
+        state = self._engine
         with state.lock:
             self._drop_ops()
             self._sig = None if self._want_timestamps else ()
@@ -345,10 +266,12 @@ class Sequence(Child):
             owned = self._handle.owned  # type: ignore[attr-defined]
             for algo in (ref() for ref in owned):
                 if algo is not None:
-                    algo._release_now()
+                    algo.release_now()
             owned.clear()
 
-    def _own(self, algo: Algorithm) -> None:
+    def own(self, algo: Algorithm) -> None:
+        """Takes ownership of an algorithm built for one of its ops (OpMult): destroyed
+        with the sequence, or at clear() (package-internal)."""
         self._handle.owned.append(weakref.ref(algo))  # type: ignore[attr-defined]
 
     # -- evaluation ---------------------------------------------------------------------
@@ -392,12 +315,12 @@ class Sequence(Child):
                     state.lock.acquire()
                 if self._destroyed:
                     self._check()
-            for obj in self._objs:
-                if obj._destroyed:
-                    raise DestroyedError(
+            obj = first_destroyed(self._objs)
+            if obj is not None:
+                raise DestroyedError(
                         f"{self!r} refers to {obj!r}, which was destroyed; nothing was "
-                        f"submitted. Record the sequence again with live objects "
-                        f"(clear() and record()).")
+                    f"submitted. Record the sequence again with live objects "
+                    f"(clear() and record()).")
             if not self._ops:
                 return self
             # Host writes below must not race GPU work of other running sequences that
@@ -411,12 +334,12 @@ class Sequence(Child):
                 sig = self._sig
                 if sig and sig == self._handle.sig:  # type: ignore[attr-defined]
                     # The command buffer already holds exactly these commands.
-                    self._rec_inflight = frozenset(o._handle for o in self._objs)
+                    self._rec_inflight = handles_of(self._objs)
                     self._dirty = False
                 else:
                     self._record_commands()
             for op_ in self._pre_ops:
-                op_._pre()
+                op_.pre_submit()
             self._inflight = self._rec_inflight
             self._gen += 1
             if self._want_timestamps:
@@ -426,11 +349,11 @@ class Sequence(Child):
             # short before the submit, it completes at once (its fence is still signalled);
             # after it, the submission is waited for like any other, never submitted
             # again while pending, and the manager holds the sequence until it completes.
-            self._running = True; state.running[self._ref] = None; self._mgr._running.add(self)  # noqa: E702
-            rc = lib.sg_seq_submit(self._h)
+            self._running = True; state.running[self._ref] = None; self._roots.running.add(self)  # noqa: E702
+            rc = _seq_submit(self._h)
             if rc:
                 self._retire()
-                check(rc, f"submitting {self!r}")
+                _vk.check(rc, f"submitting {self!r}")
             self._handle.copies = self._copies  # type: ignore[attr-defined]
             if self._want_timestamps:
                 self._ts_due = True   # submitted: its queries will be written
@@ -472,7 +395,7 @@ class Sequence(Child):
                         return True  # completed, or destroyed/closed meanwhile
                     gen = self._gen
                     handle.waiters.add(token)
-                rc = _fence_wait(state, h, timeout)   # GIL and lock released
+                rc = fence_wait(state, h, timeout)   # GIL and lock released
             finally:
                 _leave(state, handle, token)
         finally:
@@ -488,7 +411,7 @@ class Sequence(Child):
         if rc:
             # The wait failed: not known to be complete, so it still counts as running
             # and what it uses stays allocated (destroy() waits again).
-            check(rc, f"waiting for {self!r}")
+            _vk.check(rc, f"waiting for {self!r}")
         with state.lock:
             if self._gen == gen:   # not submitted again by another thread meanwhile
                 self._finish()
@@ -500,11 +423,11 @@ class Sequence(Child):
         """Waits and completes while the caller holds the manager's lock (in slices, so
         that Ctrl-C raises KeyboardInterrupt and leaves the sequence running)."""
         h = self._handle.seq  # type: ignore[attr-defined]
-        rc = lib.sg_seq_wait(h, WAIT_SLICE_NS, SPIN_NS)
+        rc = _vk.seq_wait(h, WAIT_SLICE_NS, SPIN_NS)
         while rc == _SG_TIMEOUT:
-            rc = lib.sg_seq_wait(h, WAIT_SLICE_NS, 0)
+            rc = _vk.seq_wait(h, WAIT_SLICE_NS, 0)
         if rc:
-            check(rc, f"waiting for {self!r}")   # still running (see _wait)
+            _vk.check(rc, f"waiting for {self!r}")   # still running (see _wait)
         self._finish()
 
     def _finish(self) -> None:
@@ -521,12 +444,10 @@ class Sequence(Child):
                     # (not destroyed, and submitted: an eval cut short before it was not)
                     self._ts_due = False
                     # As many as the recording wrote: ops recorded while it ran have none.
-                    n = self._nts
-                    buf = ffi.new("uint64_t[]", n)
-                    check(lib.sg_seq_timestamps(self._h, n, buf),
-                          f"reading timestamps of {self!r}")
+                    raw = _vk.seq_timestamps(self._h, self._nts,
+                                             f"reading timestamps of {self!r}")
                     period = self._state.info.timestamp_period
-                    self._timestamps = [int(buf[i] * period) for i in range(n)]
+                    self._timestamps = [int(v * period) for v in raw]
             finally:
                 self._retire(); retired = True  # noqa: E702 - one line (see below)
         finally:
@@ -538,7 +459,7 @@ class Sequence(Child):
         Safe to run again."""
         state = self._state
         self._running = False
-        state.running.pop(self._ref, None); self._mgr._running.discard(self)  # noqa: E702
+        state.running.pop(self._ref, None); self._roots.running.discard(self)  # noqa: E702
         self._inflight = _EMPTY
         if state.deferred:
             state.completed(self)
@@ -553,25 +474,9 @@ class Sequence(Child):
             self._grow_queries(n + 1)
         h = self._h
         self._handle.sig = None  # type: ignore[attr-defined]
-        rc = lib.sg_seq_begin(h)
-        if rc:
-            check(rc, f"recording {self!r}")
-        rec = _Recorder(h)
-        # Work from earlier submissions on this queue touches the same memory: order it.
-        lib.sg_seq_barrier(h, _GPU_STAGES, _ALL_WRITES, _GPU_STAGES, _ALL_GPU)
         ts = self._want_timestamps
-        if ts:
-            lib.sg_seq_timestamp(h, 0)
-        for i, (_, op_) in enumerate(self._ops):
-            op_._record(rec)
-            if ts:
-                lib.sg_seq_timestamp(h, i + 1)
-        # Make device writes visible to the host reads that follow the fence.
-        lib.sg_seq_barrier(h, _GPU_STAGES, _ALL_WRITES, STAGE_HOST, ACCESS_HOST_READ)
-        rc = lib.sg_seq_end(h)
-        if rc:
-            check(rc, f"recording {self!r}")
-        self._rec_inflight = frozenset(o._handle for o in self._objs)
+        record_commands(h, [op_ for _, op_ in self._ops], ts, self)
+        self._rec_inflight = handles_of(self._objs)
         self._handle.sig = self._sig  # type: ignore[attr-defined]
         self._nts = n + 1 if ts else 0
         self._dirty = False
@@ -581,16 +486,16 @@ class Sequence(Child):
         into a one-off job registered with it (state.oneoffs: collect() frees what it
         holds), which then takes the old one in exchange, in one line: an interrupt at
         any line leaves each sg_seq either in use or there."""
-        state = self._mgr._state
+        state = self._engine
         handle: _SeqHandle = self._handle  # type: ignore[assignment]
         n = max(need, 2 * self._nqueries)
-        job: tuple[Any, list[Any]] = (ffi.new("sg_seq **"), [])
+        job: tuple[Any, list[Any]] = (_vk.out("seq"), [])
         out = job[0]
         # One line: no interrupt between the two leaves an empty job behind.
-        state.oneoffs.append(job); rc = lib.sg_seq_create(state.dev, self._queue, n, out)  # noqa: E702
+        state.oneoffs.append(job); rc = _vk.seq_create(state.dev, self._queue, n, out)  # noqa: E702
         if rc:
             state.oneoffs.remove(job)
-            check(rc, f"growing the timestamp queries of {self!r}")
+            _vk.check(rc, f"growing the timestamp queries of {self!r}")
         out[0], handle.seq, self._h = handle.seq, out[0], out[0]
         handle.nqueries = self._nqueries = n
         state.finish_oneoffs()   # frees the old one (complete: eval waited for it)
@@ -688,8 +593,9 @@ class Sequence(Child):
         state.sequences.discard(self)
         # The manager's strong reference first: cut short after it, the sequence is
         # still found by name (weakly), or collected and released.
-        if self._name is not None and self._mgr._named.get(self._name) is self:
-            del self._mgr._named[self._name]
+        named = self._roots.named
+        if self._name is not None and named.get(self._name) is self:
+            del named[self._name]
         if self._name is not None and state.named.get(self._name) is self:
             del state.named[self._name]
         self._h = None
@@ -705,6 +611,27 @@ class Sequence(Child):
         self._copies = ()
         self._host_written.clear()
         self._rec_inflight = _EMPTY
+
+    # -- the package's interface (the engine) ---------------------------------------
+    @property
+    def fence(self) -> Any:
+        """The sg_seq of its last submission (kept by a sequence destroyed while it ran,
+        until that completes); None once released (package-internal)."""
+        return self._handle.seq  # type: ignore[attr-defined]
+
+    @property
+    def inflight(self) -> frozenset[Handle]:
+        """The handles its running submission uses (package-internal)."""
+        return self._inflight
+
+    def finish(self) -> None:
+        """Completion work of a submission seen complete (package-internal; the caller
+        holds the manager's lock)."""
+        self._finish()
+
+    def __enter__(self: S) -> S:
+        self._check()
+        return self
 
     def __exit__(self, *exc: object) -> None:
         if self._name is None:

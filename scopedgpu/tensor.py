@@ -1,20 +1,18 @@
 """Tensors: ranges of the manager's memory pool, with a host copy in a numpy array."""
 from __future__ import annotations
 
-import os
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeVar
 
 import numpy as np
 
-from scopedgpu._base import Child, Handle, _ids
+from scopedgpu._base import Child, Handle, ids
+from scopedgpu._engine import Engine
 from scopedgpu._errors import ScopedGPUError
-from scopedgpu._ffi import ffi
-from scopedgpu._pool import SMALL_LIMIT
+from scopedgpu._pool import SMALL_LIMIT, Allocation
+from scopedgpu._transfer import aligned_empty, host_to_mapped, read_back, upload
 
-if TYPE_CHECKING:
-    from scopedgpu._pool import Allocation
-    from scopedgpu.manager import Manager, _State
+T = TypeVar("T", bound="Tensor")
 
 __all__ = ["Tensor", "KINDS", "dtype_feature"]
 
@@ -42,42 +40,6 @@ def dtype_feature(dtype: np.dtype) -> str | None:
     return _DTYPE_FEATURE[dt]
 
 
-PARALLEL_COPY_MIN = 16 << 20     # host copies this large are split over threads
-_copier = None
-
-
-def _copy(dst: Any, src: Any, nbytes: int) -> None:
-    """memcpy between a numpy array's memory and mapped memory (cffi pointers). Large
-    copies are split over a few threads: numpy releases the GIL while it copies, and one
-    core rarely saturates memory bandwidth. Used only where no host-memory import (DMA
-    straight from data()) is possible."""
-    global _copier
-    workers = min(8, (os.cpu_count() or 1) // 2)
-    if nbytes < PARALLEL_COPY_MIN or workers < 2:
-        ffi.memmove(dst, src, nbytes)
-        return
-    if _copier is None:
-        from concurrent.futures import ThreadPoolExecutor
-        _copier = ThreadPoolExecutor(workers, thread_name_prefix="scopedgpu-copy")
-    d = np.frombuffer(ffi.buffer(dst, nbytes), dtype=np.uint8)
-    s = np.frombuffer(ffi.buffer(src, nbytes), dtype=np.uint8)
-    step = -(-nbytes // (2 * workers)) // 4096 * 4096 or nbytes
-    parts = [(i, min(i + step, nbytes)) for i in range(0, nbytes, step)]
-    for f in [_copier.submit(np.copyto, d[a:b], s[a:b]) for a, b in parts]:
-        f.result()
-
-
-def aligned_empty(shape: tuple[int, ...], dtype: np.dtype, align: int) -> np.ndarray:
-    """An uninitialised C-order array whose data starts on an `align` boundary and whose
-    buffer extends to the next boundary after its end (what a host-memory import needs)."""
-    dtype = np.dtype(dtype)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    size = (nbytes + align - 1) // align * align
-    raw = np.empty(size + align, dtype=np.uint8)
-    off = (-raw.ctypes.data) % align
-    return raw[off:off + nbytes].view(dtype).reshape(shape)
-
-
 class _TensorHandle(Handle):
     """The pool ranges of one tensor: `gpu` (what shaders bind) and `stage` (the
     host-visible staging range of a device tensor, or its imported host copy, in which case
@@ -89,7 +51,7 @@ class _TensorHandle(Handle):
         self.stage: Allocation | None = None
         self.host: np.ndarray | None = None
 
-    def release(self, state: _State, closing: bool) -> None:
+    def release(self, state: Engine, closing: bool) -> None:
         # Each range is taken (cleared) in the line that frees it: a release that a
         # Ctrl-C cut short and that runs again (Child.destroy) never frees one twice.
         if closing:
@@ -137,8 +99,8 @@ class Tensor(Child):
     _stage: Allocation | None
     _mapped: Allocation | None
 
-    def __init__(self, manager: Manager, array: np.ndarray, kind: str):
-        state = manager._state
+    def __init__(self, manager: object, engine: Engine, array: np.ndarray, kind: str):
+        state = engine
         handle = _TensorHandle()
         self._shape = array.shape
         self._dtype = array.dtype
@@ -163,7 +125,8 @@ class Tensor(Child):
                     self._mapped = self._stage
                     self._zero_copy = False
                     self._mgr = manager
-                    self._id = next(_ids)
+                    self._engine = engine
+                    self._id = next(ids)
                     self._destroyed = False
                     self._handle = handle
                     ref: weakref.ref[Any] = weakref.ref(self, state.unreachable)
@@ -191,7 +154,7 @@ class Tensor(Child):
                             handle.host = array
                     if handle.stage is None:
                         handle.stage = pool.alloc(self._nbytes, "host")
-                super().__init__(manager, handle)
+                super().__init__(manager, engine, handle)
                 state.tensors.add(self)
                 self._gpu = handle.gpu
                 self._stage = handle.stage
@@ -203,18 +166,18 @@ class Tensor(Child):
                     handle.gpu if kind == "host" else None)
                 if kind == "host":
                     # under the lock: a concurrent close() would unmap the memory
-                    self._to_mapped()
+                    self.write_mapped()
             except BaseException:
                 self._unmake(state, handle, None)
                 raise
         if kind == "storage":
             try:
-                manager._upload(self, array)
+                upload(engine, handle.gpu, array, f"uploading {self!r}")
             except BaseException:
                 self.destroy()
                 raise
 
-    def _unmake(self, state: _State, handle: _TensorHandle, pair: Any) -> None:
+    def _unmake(self, state: Engine, handle: _TensorHandle, pair: Any) -> None:
         """Creation failed (any exception, Ctrl-C included): frees what was made, whether
         the handle was registered yet or not. The lock is held."""
         ref = getattr(self, "_ref", None)
@@ -255,8 +218,16 @@ class Tensor(Child):
         """"device", "host" or "storage" (see the class docstring)."""
         return self._kind
 
+    @property
+    def ndim(self) -> int:
+        """Number of dimensions, as numpy."""
+        return len(self._shape)
+
     def __len__(self) -> int:
-        return self.size
+        """The length of the first dimension, as numpy (TypeError for a 0-d tensor)."""
+        if not self._shape:
+            raise TypeError("len() of unsized object")
+        return self._shape[0]
 
     def size_bytes(self) -> int:
 
@@ -284,19 +255,47 @@ class Tensor(Child):
         """A copy of the host data."""
         return self.data().copy()
 
-    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        """numpy 2's protocol: always a copy of the host data (a tensor cannot lend its
+        memory as an array of its own), so copy=False raises ValueError, as numpy does
+        for objects that cannot give a view; dtype converts the copy."""
+        if copy is False:
+            raise ValueError(f"{self!r} cannot be viewed without a copy (copy=False); "
+                             "use t.data() for the zero-copy view of its host memory, or "
+                             "np.asarray(t) for a copy")
         arr = self.numpy()
         return arr if dtype is None else arr.astype(dtype, copy=False)
 
-    # -- used by the ops -------------------------------------------------------------
-    def _to_mapped(self) -> None:
+    def __enter__(self: T) -> T:
+        self._check()
+        return self
+
+    # -- the package's interface (ops and sequences) ----------------------------------
+    @property
+    def gpu_range(self) -> Allocation:
+        """The pool range shaders bind and copies use (package-internal)."""
+        return self._gpu
+
+    @property
+    def stage_range(self) -> Allocation | None:
+        """The host-visible staging range of a device tensor (package-internal)."""
+        return self._stage
+
+    @property
+    def handle(self) -> Handle:
+        """What this tensor owns (package-internal: a sequence's in-flight set)."""
+        return self._handle
+
+    def write_mapped(self) -> None:
+        """Copies the host data into the host-visible range the device reads (before a
+        submission that syncs it; nothing to do when that range is data() itself)."""
         if self._zero_copy:
             return
         host = self._host
         assert host is not None and self._mapped is not None
-        _copy(ffi.cast("void *", self._mapped.address), ffi.from_buffer(host), self._nbytes)
+        host_to_mapped(self._mapped.address, host, self._nbytes)
 
-    def _read_back(self) -> tuple[Any, Any, int] | None:
+    def read_back(self) -> tuple[Any, Any, int] | None:
         """The copy that refreshes the host data after a download: (destination, source,
         bytes), plain pointers that refer to no scopedgpu object; None when the download
         lands in data() itself."""
@@ -304,17 +303,17 @@ class Tensor(Child):
             return None
         host = self._host
         assert host is not None and self._mapped is not None
-        return (ffi.from_buffer(host), ffi.cast("void *", self._mapped.address), self._nbytes)
+        return read_back(host, self._mapped.address, self._nbytes)
 
     def _forget(self) -> None:
-        self._mgr._state.tensors.discard(self)
+        self._engine.tensors.discard(self)
 
     def destroy(self) -> None:
         """Returns the tensor's memory to the pool (after the GPU work that uses it).
         Idempotent. data() arrays stay valid; destroy() cancels no submitted work, so an
         OpTensorSyncLocal still running completes into them."""
         # Child.destroy, inlined: tensors are made and destroyed by the 100,000.
-        state = self._mgr._state
+        state = self._engine
         with state.lock:
             if self._destroyed:
                 return

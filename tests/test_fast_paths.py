@@ -153,9 +153,9 @@ def test_staged_transfers_with_threaded_copies(mgr, monkeypatch):
     over threads; the data must come back intact."""
     import os
 
-    import scopedgpu.tensor as tensor_mod
+    import scopedgpu._transfer as transfer_mod
     monkeypatch.setattr(mgr._state.pool, "import_align", 0)
-    monkeypatch.setattr(tensor_mod, "PARALLEL_COPY_MIN", 1 << 20)
+    monkeypatch.setattr(transfer_mod, "PARALLEL_COPY_MIN", 1 << 20)
     monkeypatch.setattr(os, "cpu_count", lambda: 8)
     n = (3 << 20) // 4 + 5
     src = np.random.default_rng(0).random(n, dtype=np.float32)

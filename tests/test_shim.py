@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import scopedgpu as sg
-from scopedgpu._errors import check
+from scopedgpu._vk import check
 from scopedgpu._ffi import ffi, lib
 from scopedgpu.manager import live_vulkan_objects
 from tests import shaders

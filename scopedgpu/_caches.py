@@ -1,0 +1,182 @@
+"""The caches of one manager: SPIR-V reflections, compiled pipelines, and the command
+pools, command buffers and fences of destroyed sequences kept for new ones.
+
+Each is bounded (least recently used entries go first) and emptied by
+Manager.empty_cache() and at close (Engine.shutdown calls drop() / destroy_all()).
+Every method runs under the manager's lock.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+from scopedgpu import _vk
+from scopedgpu._device import DeviceInfo
+from scopedgpu._engine import Engine
+from scopedgpu._errors import ShaderError
+from scopedgpu._spirv import ShaderInfo, reflect
+from scopedgpu._spirv_val import check_module
+
+__all__ = ["Reflections", "Programs", "SequenceCache", "UNUSED_PROGRAMS_KEPT", "SEQUENCES_KEPT"]
+
+UNUSED_PROGRAMS_KEPT = 64
+# Command pool + command buffer + fence sets kept per queue for reuse by new sequences.
+SEQUENCES_KEPT = 16
+REFLECTIONS_KEPT = 256
+
+
+class SequenceCache:
+    """queue -> [(sg_seq, signature of the commands it holds)] of destroyed anonymous
+    sequences, idle (their last submission complete), ready for reuse."""
+    __slots__ = ("engine", "by_queue")
+
+    def __init__(self, engine: Engine):
+        self.engine = engine
+        self.by_queue: dict[int, list[tuple[Any, tuple | None]]] = {}
+
+    def get(self, queue: int) -> list[tuple[Any, tuple | None]] | None:
+        """The idle entries of a queue (the caller pops one), or None."""
+        return self.by_queue.get(queue)
+
+    def recycle(self, handle: Any) -> bool:
+        """Keeps the sg_seq of a destroyed sequence's handle for reuse, taking it from the
+        handle; False when the cache is full (the caller destroys it). Its last submission
+        is complete (the handle's destroy_now checked)."""
+        cache = self.by_queue.setdefault(handle.queue, [])
+        if len(cache) >= SEQUENCES_KEPT or self.engine.closed:
+            return False
+        sig = handle.sig
+        cache.append((handle.take(), sig))   # one line: taken and kept (Ctrl-C)
+        return True
+
+    def count(self) -> int:
+        return sum(len(c) for c in self.by_queue.values())
+
+    def drop(self) -> int:
+        n = 0
+        for cache in self.by_queue.values():
+            while cache:   # each one leaves the cache as it is freed (Ctrl-C)
+                _vk.seq_destroy(cache.pop()[0])
+                n += 1
+        return n
+
+
+class Reflections:
+    """What a SPIR-V module declares (scopedgpu._spirv.ShaderInfo), by its bytes; a
+    module is validated once, before any byte of it reaches the driver."""
+    __slots__ = ("info", "cache")
+
+    def __init__(self, info: DeviceInfo):
+        self.info = info
+        self.cache: OrderedDict[bytes, ShaderInfo] = OrderedDict()
+
+    def get(self, spirv: Any) -> ShaderInfo:
+        if not isinstance(spirv, (bytes, bytearray, memoryview)):
+            raise TypeError(f"spirv must be bytes (SPIR-V, e.g. from sg.compile_glsl), not "
+                            f"{type(spirv).__name__}")
+        key = bytes(spirv)
+        info = self.cache.get(key)
+        if info is None:
+            check_module(key, self.info)   # validator, structure, capabilities: before the driver
+            info = reflect(key)
+            api = tuple(int(x) for x in self.info.api_version.split(".")[:2])
+            maxv = (1, 6) if api >= (1, 3) else ((1, 5) if api >= (1, 2) else (1, 3))
+            if info.version > maxv:
+                raise ShaderError(f"SPIR-V {info.version[0]}.{info.version[1]} is newer than "
+                                  f"this device's Vulkan {self.info.api_version} accepts")
+            self.cache[key] = info
+            if len(self.cache) > REFLECTIONS_KEPT:
+                self.cache.popitem(last=False)
+        return info
+
+
+# What the driver answers for a shader it cannot compile.
+_REJECTED = (_vk.VK_ERROR_INITIALIZATION_FAILED, _vk.VK_ERROR_INVALID_SHADER_NV,
+             _vk.VK_ERROR_UNKNOWN)
+
+
+class _Program:
+    """A cached pipeline (sg_program), shared by algorithms with the same SPIR-V and
+    specialization constants; refcounted by the algorithms that use it."""
+    __slots__ = ("handle", "key", "refs")
+
+    def __init__(self, handle: Any, key: tuple):
+        self.handle = handle
+        self.key = key
+        self.refs = 0
+
+
+class Programs:
+    """Compiled pipelines (sg_program) by (SPIR-V, specialization constants, bindings),
+    refcounted by the algorithms that use them; unused ones are kept (at most
+    UNUSED_PROGRAMS_KEPT) for the next algorithm of the same shader."""
+    __slots__ = ("engine", "programs", "unused_programs")
+
+    def __init__(self, engine: Engine):
+        self.engine = engine
+        self.programs: dict[tuple, _Program] = {}
+        self.unused_programs: OrderedDict[tuple, _Program] = OrderedDict()
+
+    def get(self, spirv: bytes, info: ShaderInfo, spec: tuple,
+                    nbindings: int | None = None) -> _Program:
+        # nbindings: the descriptor set layout's bindings 0..nbindings-1 (one per tensor),
+        # a superset of those the module uses (unused ones are valid Vulkan).
+        if nbindings is None:
+            nbindings = len(info.bindings)
+        ids, offsets, sizes, blob = spec
+        key = (bytes(spirv), tuple(ids), tuple(sizes), blob, nbindings)
+        prog = self.programs.get(key)
+        if prog is None:
+            engine = self.engine
+            out = _vk.out("program")
+            # One try, no nested one: a KeyboardInterrupt delivered at a nested `try:` line
+            # escaped this handler (seen with sys.settrace on CPython 3.11).
+            try:
+                rc = _vk.program_create(engine.dev, bytes(spirv), nbindings,
+                                        info.push_constant_size, ids, offsets, sizes, blob, out)
+                if rc in _REJECTED:
+                    raise ShaderError(f"the driver rejected the shader ({len(spirv)} bytes "
+                                      f"of SPIR-V): {_vk.last_call()} failed")
+                _vk.check(rc, "creating a compute pipeline")
+                # Unused until the reference below is taken (empty_cache() frees it).
+                self.programs[key] = self.unused_programs[key] = _Program(out[0], key)
+                engine.check_validation("creating a compute pipeline")
+            except BaseException as exc:
+                # Made but rejected by the layer (not cached: the same shader must raise
+                # again), or made and not yet registered (Ctrl-C right after the shim
+                # returned): destroyed. Nothing else can hold it: the lock is ours.
+                self.programs.pop(key, None)
+                self.unused_programs.pop(key, None)
+                if out[0] != _vk.NULL:
+                    _vk.program_destroy(_vk.take(out))
+                engine.validation_failed(exc, "creating a compute pipeline")
+                raise
+            prog = self.programs[key]
+        # One line: an interrupt never falls between taking the reference and returning.
+        self.unused_programs.pop(key, None); prog.refs += 1; return prog  # noqa: E702
+
+    def unref(self, holder: Any) -> None:
+        """Drops the reference `holder.program` (an algorithm's handle) holds, and clears
+        it. One line: a Ctrl-C falls before it (the release runs again and does it) or
+        after it, never between taking the reference and counting it."""
+        prog, holder.program = holder.program, None; prog.refs -= 1; prog.refs or self.unused_programs.update({prog.key: prog})  # noqa: E501,E702
+        while len(self.unused_programs) > UNUSED_PROGRAMS_KEPT:
+            self._destroy_program(self.unused_programs.popitem(last=False)[1])
+
+    def _destroy_program(self, prog: _Program) -> None:
+        # One line (Ctrl-C): forgotten and destroyed together.
+        del self.programs[prog.key]; _vk.program_destroy(prog.handle); prog.handle = None  # noqa: E702
+
+    def drop_unused(self) -> int:
+        n = len(self.unused_programs)
+        for prog in list(self.unused_programs.values()):
+            self._destroy_program(prog)
+        self.unused_programs.clear()
+        return n
+
+    def destroy_all(self) -> None:
+        """At close, after every algorithm was released: destroys every pipeline."""
+        for prog in list(self.programs.values()):
+            _vk.program_destroy(prog.handle)
+        self.programs.clear()
+        self.unused_programs.clear()

@@ -1,0 +1,455 @@
+"""The lifetime engine of one manager: who owns what, and when it is freed.
+
+The Engine holds, for its manager, the device, the pool, the weak sets of live children
+and the handles they own (Child.handle, kept apart from the objects so that a finalizer
+can release one without holding its object). It releases a handle at once, or, when a
+running sequence's submission may still use it, once that sequence's fence signalled
+(deferred); it polls fences at the safe points of public calls (collect) and completes
+the sequences found done. close() and interpreter exit drain every submission (bounded by
+wait_timeout), then shut down children before parents; work that never ends is
+abandoned, never freed under the GPU. After os.fork() every inherited engine is marked
+forked and nothing inherited reaches Vulkan again.
+"""
+from __future__ import annotations
+
+import collections
+import itertools
+import logging
+import os
+import threading
+import time
+import weakref
+from typing import Any
+
+from scopedgpu import _vk
+from scopedgpu._base import ChildSet, Handle
+from scopedgpu._device import DeviceInfo
+from scopedgpu._errors import DestroyedError, ForkedError, ValidationError
+from scopedgpu._pool import Pool
+from scopedgpu._validation import Validation
+
+__all__ = ["Engine", "Roots", "drain", "shutdown", "abandoned_managers", "fence_wait",
+           "wait_timeout_from", "DEFAULT_WAIT_TIMEOUT", "SPIN_NS", "WAIT_SLICE_NS"]
+
+log = logging.getLogger("scopedgpu")
+
+# Seconds close(), Sequence.destroy(), the collector and interpreter exit wait for GPU
+# work before they give up on it (Manager(wait_timeout=...), SCOPEDGPU_WAIT_TIMEOUT).
+DEFAULT_WAIT_TIMEOUT = 10.0
+# Spin this long on the fence before blocking: a short dispatch completes within it.
+SPIN_NS = 200_000
+# Waits without a limit block in slices this long: between two, a Ctrl-C raises
+# KeyboardInterrupt (Python runs signal handlers only between bytecodes) and a manager
+# closed by another thread is noticed.
+WAIT_SLICE_NS = 50_000_000
+_SG_TIMEOUT = _vk.TIMEOUT
+
+# Every engine of this process (see after_fork), and those of managers closed while GPU
+# work still ran: kept, with their device and memory, until the process exits.
+STATES: weakref.WeakSet[Engine] = weakref.WeakSet()
+ABANDONED: list[Engine] = []
+
+
+def wait_timeout_from(value: float | None) -> float:
+    """The wait timeout: the argument, else SCOPEDGPU_WAIT_TIMEOUT, else the default."""
+    where = "wait_timeout"
+    if value is None:
+        env = os.environ.get("SCOPEDGPU_WAIT_TIMEOUT", "").strip()
+        if not env:
+            return DEFAULT_WAIT_TIMEOUT
+        where = f"SCOPEDGPU_WAIT_TIMEOUT={env!r}"
+        try:
+            value = float(env)
+        except ValueError:
+            raise ValueError(f"{where}: expected a number of seconds (e.g. 10 or 0.5)") \
+                from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"wait_timeout must be a number of seconds, not {value!r}")
+    value = float(value)
+    if not value >= 0 or value == float("inf"):
+        raise ValueError(f"{where}: the wait timeout must be a finite number of seconds "
+                         f">= 0, not {value!r}")
+    return value
+
+
+class Roots:
+    """The strong references a Manager keeps to its children, apart from the engine
+    (which holds them weakly): the named sequences until deleted, and the running
+    sequences until they complete. A dropped manager and these children then form a
+    cycle the collector frees (closing the manager), instead of the engine, which the
+    manager's finalizer holds, keeping them alive until exit."""
+    __slots__ = ("named", "running")
+
+    def __init__(self) -> None:
+        self.named: dict[str, Any] = {}
+        self.running: set[Any] = set()
+
+
+class Engine(Validation):
+    """Everything the manager owns. The manager's finalizer holds this, never the Manager,
+    so close() can run when the Manager object itself is gone."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lock = threading.RLock()
+        self.closed = False
+        self.pid = os.getpid()
+        # Set in a child process after os.fork(): nothing inherited may reach Vulkan.
+        self.forked = False
+        # Closed while GPU work still ran: nothing was freed (see shutdown).
+        self.abandoned = False
+        self.wait_timeout = DEFAULT_WAIT_TIMEOUT
+        self.gave_up = False     # close() waited wait_timeout in vain
+        self.dev: Any = None
+        self.info: DeviceInfo = None  # type: ignore[assignment]
+        self.pool: Pool = None  # type: ignore[assignment]
+        self.tensors = ChildSet()       # of Tensor
+        self.algorithms = ChildSet()    # of Algorithm
+        self.sequences = ChildSet()     # of Sequence
+        # Weak, like the other children: the Manager object holds the named sequences
+        # strongly (Roots.named), so a dropped manager and its named sequences can be
+        # collected together instead of living until exit.
+        self.named: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
+        # Sequences whose last submission has not been seen complete, by their weak
+        # references (Child.ref). The Manager holds them strongly
+        # (Roots.running): a manager dropped while a sequence runs forms a cycle with
+        # it that the collector frees (closing the manager), instead of this state, which
+        # its finalizer holds, keeping both alive until exit.
+        self.running: dict[weakref.ref, None] = {}
+        # Handles of objects that became unreachable; released at the next safe point.
+        self.garbage: collections.deque[Handle] = collections.deque()
+        # weakref to a live child -> the handle it owns (see Child.__init__)
+        self.handles: dict[weakref.ref, Handle] = {}
+        # The caches (scopedgpu._caches), set by the Manager: idle command buffers kept
+        # for new sequences, and compiled pipelines. Emptied at close.
+        self.seq_cache: Any = None
+        self.programs: Any = None
+        self.reflections: Any = None
+        # [weak references of the sequences still running, handle] releases waiting for
+        # fences
+        self.deferred: list[tuple[set[weakref.ref], Handle]] = []
+        # Sequence handles destroyed while another thread waits on their fence; the last
+        # waiter frees them.
+        self.doomed: set[Handle] = set()
+        # sg_seqs released while their last submission was not known complete: never
+        # freed under the GPU; collect() frees them once their fence signalled.
+        self.limbo: list[Any] = []
+        # (sg_seq ** holder, [staging Allocation]) of storage uploads (_transfer.upload)
+        self.oneoffs: list[tuple[Any, list[Any]]] = []
+
+    def unreachable(self, ref: weakref.ref) -> None:
+        """Weakref callback of a child that became unreachable: queue its handle (no lock,
+        no Python calls beyond a dict and a deque: it may run inside the garbage collector
+        or at interpreter exit)."""
+        try:
+            handle = self.handles.pop(ref, None)
+        except TypeError:   # "weak object has gone away": a reference never hashed, so
+            return          # never registered (Child.__init__ was cut short before)
+        if handle is None:
+            return  # destroyed before: destroy() already left the sets
+        self.tensors.refs.pop(ref, None)
+        self.algorithms.refs.pop(ref, None)
+        self.sequences.refs.pop(ref, None)
+        self.garbage.append(handle)
+
+    def finish_oneoffs(self, wait: bool = False) -> None:
+        """Frees the one-off command buffers (storage uploads) whose work completed, and
+        their staging ranges; with wait=True, waits for those still pending first (an
+        upload cut short: the tensor it writes is freed next, and its copy must not write
+        into memory the pool reuses or gives back)."""
+        for job in list(self.oneoffs):
+            out, allocs = job
+            if out[0] == _vk.NULL and not allocs:
+                continue   # nothing made yet (the pool calls back here while upload allocates)
+            if out[0] != _vk.NULL:
+                if wait:   # a copy always ends: no slices
+                    _vk.seq_wait(out[0], _vk.WAIT_FOREVER_NS, SPIN_NS)
+                if _vk.seq_status(out[0]) != 0:
+                    continue
+            while allocs:
+                self.pool.free(allocs.pop())
+            # The job leaves the list in the line that frees its last part (Ctrl-C): an
+            # empty job left there would look like an upload under way, kept for good.
+            # (An interrupt at take's line comes before it runs: the job is intact.)
+            if out[0] != _vk.NULL:
+                _vk.seq_destroy(_vk.take(out)); self.oneoffs.remove(job)  # noqa: E702
+            else:
+                self.oneoffs.remove(job)
+
+    # -- safe points ------------------------------------------------------------------
+    def check_open(self) -> None:
+        if self.closed:
+            if self.forked:
+                raise ForkedError(
+                    f"this manager was created in the parent process (pid {self.pid}) "
+                    "before os.fork(); GPU objects do not survive a fork, so it cannot be "
+                    "used in the child. Create a new Manager in this process.")
+            raise DestroyedError("the manager is closed: create a new Manager")
+
+    def running_seqs(self) -> list[Any]:
+        """The running sequences. (A reference is dead only while the collector frees
+        the sequence together with its manager, whose close() then waits for the device.)"""
+        out = []
+        for ref in list(self.running):
+            seq = ref()
+            if seq is not None:
+                out.append(seq)
+        return out
+
+    def collect(self) -> None:
+        """Releases what finalizers queued and retires sequences whose fences signalled.
+        Called with the lock held at the start of public operations."""
+        garbage = self.garbage
+        while garbage:
+            handle = garbage[0]
+            if handle.requeue_safe:
+                # Its release is safe to run again: it leaves the queue once it returned,
+                # in the same line (an interrupt inside it leaves it for the next call).
+                self.release(handle); garbage.popleft()  # noqa: E702
+            else:
+                self.release(garbage.popleft())
+        if self.running:
+            for seq in self.running_seqs():
+                # An error (not known to be complete) leaves it running: the next wait
+                # on it reports the error. (A sequence destroyed while it ran keeps its
+                # sg_seq until it completes; see Sequence.destroy.)
+                h = seq.fence
+                if h is not None and _vk.seq_status(h) == 0:
+                    seq.finish()
+        if self.oneoffs:
+            self.finish_oneoffs()
+        limbo = self.limbo
+        if limbo:
+            for i in range(len(limbo) - 1, -1, -1):
+                if _vk.seq_status(limbo[i]) == 0:
+                    _vk.seq_destroy(limbo.pop(i))   # one line (Ctrl-C)
+
+    def release(self, handle: Handle) -> None:
+        """Releases now, or once every running sequence that uses the handle completed."""
+        users = ({s.ref for s in self.running_seqs() if handle in s.inflight}
+                 if self.running else None)
+        if users:
+            self.deferred.append((users, handle))
+        else:
+            handle.release(self, False)
+
+    def completed(self, seq: Any) -> None:
+        if not self.deferred:
+            return
+        keep: list[tuple[set[weakref.ref], Handle]] = []
+        ready: list[tuple[set[weakref.ref], Handle]] = []
+        ref = seq.ref
+        for users, handle in self.deferred:
+            users.discard(ref)
+            (keep if users else ready).append((users, handle))
+        self.deferred = keep
+        for _, handle in ready:
+            handle.release(self, False)
+
+
+def fence_wait(state: Engine, h: Any, timeout: float | None) -> int:
+    """sg_seq_wait for at most `timeout` seconds (None: no limit), in slices of
+    WAIT_SLICE_NS; stops early when the manager gave up on its work (abandoned)."""
+    if timeout is None:
+        rc = _vk.seq_wait(h, WAIT_SLICE_NS, SPIN_NS)
+        while rc == _SG_TIMEOUT and not state.abandoned:
+            rc = _vk.seq_wait(h, WAIT_SLICE_NS, 0)
+        return rc
+    deadline = time.monotonic() + timeout
+    ns = min(int(timeout * 1e9), WAIT_SLICE_NS)
+    rc = _vk.seq_wait(h, ns, SPIN_NS if SPIN_NS < ns else ns)
+    while rc == _SG_TIMEOUT and not state.abandoned:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        rc = _vk.seq_wait(h, min(int(left * 1e9), WAIT_SLICE_NS), 0)
+    return rc
+
+
+def pending_submissions(state: Engine) -> list[tuple[Any, str]]:
+    """Every sg_seq whose last submission may still run, with a label for the log."""
+    out: dict[int, tuple[Any, str]] = {}
+
+    def add(h: Any, label: str) -> None:
+        if h is not None:
+            out.setdefault(_vk.handle_id(h), (h, label))
+
+    for seq in state.running_seqs():
+        add(seq.fence, repr(seq))
+    for h in itertools.chain(state.garbage, state.handles.values(), state.doomed,
+                             (h for _, h in state.deferred)):
+        add(h.pending_seq(), "a sequence collected while it ran")
+    for h in state.limbo:
+        add(h, "a destroyed sequence")
+    for holder, _ in state.oneoffs:
+        if holder[0] != _vk.NULL:
+            add(holder[0], "a storage upload")
+    return list(out.values())
+
+
+def drain(state: Engine, timeout: float | None) -> list[str]:
+    """Waits, at most `timeout` seconds in all (None: no limit), for every submission
+    that may still run; returns the labels of those still running. Waits in slices, so
+    that Ctrl-C raises KeyboardInterrupt within one slice (nothing is changed then)."""
+    pending = pending_submissions(state)
+    if not pending:
+        return []
+    deadline = None if timeout is None else time.monotonic() + timeout
+    still = []
+    for h, label in pending:
+        while True:
+            ns = WAIT_SLICE_NS
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                ns = max(0, min(ns, int(left * 1e9)))
+            # A failed wait (device lost) ends the wait too: nothing will complete it.
+            if _vk.seq_wait(h, ns, 0) != _SG_TIMEOUT:
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                still.append(label)
+                break
+    return still
+
+
+def abandon(state: Engine, still: list[str], why: str) -> None:
+    """Closes a manager whose GPU work did not complete: every object is marked destroyed,
+    but nothing is freed (the GPU may still use any of it; Vulkan forbids destroying a
+    device with work pending). The device, its memory and Vulkan objects stay allocated
+    until the process exits; live_vulkan_objects() still counts them."""
+    state.abandoned = True
+    for group in (state.sequences, state.algorithms, state.tensors):
+        for obj in list(group):
+            obj.mark_destroyed()
+        group.clear()
+    state.named.clear()
+    ABANDONED.append(state)
+    log.warning(
+        "closing the manager on %s: %d submission(s) still running %s: %s. Its device, "
+        "memory and Vulkan objects stay allocated until the process exits, because the "
+        "GPU may still use them (Manager(wait_timeout=...) or SCOPEDGPU_WAIT_TIMEOUT "
+        "sets how long close and exit wait).",
+        state.info.name if state.info else "?", len(still), why, "; ".join(still))
+
+
+def abandoned_managers() -> int:
+    """How many managers of this process were closed while GPU work still ran, and so
+    keep their device and memory until the process exits (see Manager.close)."""
+    return len(ABANDONED)
+
+
+def shutdown(state: Engine) -> None:
+    """Closes a manager: waits for all GPU work (at most state.wait_timeout seconds), then
+    destroys sequences, algorithms, tensors, pipelines, memory blocks, the device and the
+    instance, children first. Work still running after the wait is abandoned, not freed
+    (see abandon). Runs at most once (it is the manager's weakref.finalize callback)."""
+    with state.lock:
+        if state.closed:
+            return
+        if state.forked:
+            # Inherited across os.fork(): these Vulkan objects are the parent's. No
+            # Vulkan call, no wait on the parent's device.
+            state.closed = True
+            return
+        interrupted: BaseException | None = None
+        still: list[str] = []
+        if state.dev is not None:
+            try:
+                still = drain(state, 0.0 if state.gave_up else state.wait_timeout)
+                why = f"after {state.wait_timeout:g} s"
+            except KeyboardInterrupt as exc:   # at exit or in the collector: give up now
+                interrupted = exc
+                still = drain(state, 0.0)
+                why = "when KeyboardInterrupt stopped the wait"
+        state.closed = True
+        if still:
+            abandon(state, still, why)
+            if interrupted is not None:
+                raise interrupted
+            return
+        if state.dev is not None:
+            # Every known submission completed above: this returns at once.
+            _vk.device_wait_idle(state.dev)
+            for seq in state.running_seqs():
+                try:
+                    seq.finish()
+                except Exception:  # a failed host copy must not stop the teardown
+                    log.exception("completing %r while closing", seq)
+            # Sequences collected with this manager while they ran: their host copies
+            # (the device is idle, and the staging memory is still there).
+            for h in itertools.chain(state.garbage, state.handles.values()):
+                try:
+                    h.complete()   # (only sequence handles have host work due)
+                except Exception:
+                    log.exception("completing a collected sequence while closing")
+            state.running.clear()
+            for users, handle in state.deferred:
+                handle.release(state, True)
+            state.deferred.clear()
+            while state.garbage:
+                state.garbage.popleft().release(state, True)
+            for group in (state.sequences, state.algorithms, state.tensors):
+                for obj in list(group):
+                    h = obj.mark_destroyed()
+                    if h is not None:
+                        h.release(state, True)
+                group.clear()
+            # Children collected in one reference cycle with the manager: the collector
+            # cleared the weak sets before any finalizer ran, and theirs may run after this
+            # one. Release their handles now (releases are idempotent), children first.
+            handles = list(state.handles.values())
+            for h in sorted(handles, key=lambda h: h.close_order):
+                h.release(state, True)
+            state.handles.clear()
+            state.named.clear()
+            if state.seq_cache is not None:
+                state.seq_cache.drop()
+            for h in state.limbo:
+                _vk.seq_destroy(h)
+            state.limbo.clear()
+            for holder, _ in state.oneoffs:
+                if holder[0] != _vk.NULL:
+                    _vk.seq_destroy(_vk.take(holder))
+            state.oneoffs.clear()   # the staging ranges go with the pool
+            # Threads still inside a fence wait on a destroyed sequence return at once (the
+            # device is idle) and free it; the device must outlive that.
+            while state.doomed:
+                state.lock.release()
+                try:
+                    time.sleep(0.001)
+                finally:
+                    state.lock.acquire()
+            if state.programs is not None:
+                state.programs.destroy_all()
+            if state.pool is not None:
+                state.pool.destroy()
+            _vk.device_destroy(state.dev)
+            state.dev = None
+            # After vkDestroyDevice: the layer reports objects the device still had then.
+            try:
+                state.check_validation("closing the manager")
+            except ValidationError as exc:
+                log.error("%s", exc)
+        if state.inst is not None:
+            _vk.instance_destroy(state.inst)
+            state.inst = None
+        if interrupted is not None:
+            raise interrupted
+
+
+def after_fork() -> None:
+    """In the child of os.fork(): every inherited manager becomes unusable (ForkedError),
+    and nothing inherited reaches Vulkan, not even at exit: the Vulkan objects belong to
+    the parent, and the child's copy of the driver's state is not to be trusted."""
+    for state in list(STATES):
+        state.forked = True
+        state.closed = True
+        # Another thread of the parent may have held it at the fork.
+        state.lock = threading.RLock()
+        for group in (state.sequences, state.algorithms, state.tensors):
+            for obj in list(group):
+                obj.mark_destroyed()
+    ABANDONED.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=after_fork)

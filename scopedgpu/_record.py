@@ -1,0 +1,115 @@
+"""Recording: the recorder the ops write their commands through, and barrier inference.
+
+Each op declares its accesses (Recorder.use: allocation, stage, write?) before its
+commands; the recorder inserts one global memory barrier before an op whose accesses
+conflict with those since the last barrier (read after write, write after write, write
+after read), with the stages and access masks of both sides. Host accesses (STAGE_HOST)
+are ordered by the fence and never need a barrier in the command buffer.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from scopedgpu import _vk
+from scopedgpu._pool import Allocation
+from scopedgpu._vk import (ACCESS_ALL_GPU, ACCESS_ALL_WRITES, ACCESS_HOST_READ,
+                           ACCESS_SHADER_READ, ACCESS_SHADER_WRITE, ACCESS_TRANSFER_READ,
+                           ACCESS_TRANSFER_WRITE, STAGE_COMPUTE, STAGE_HOST, STAGE_TRANSFER,
+                           STAGES_GPU)
+
+__all__ = ["Recorder", "Use", "record_commands", "STAGE_COMPUTE", "STAGE_TRANSFER",
+           "STAGE_HOST"]
+
+# One declared access: (allocation, stage, writes?)
+Use = tuple[Allocation, int, bool]
+
+_ACCESS = {STAGE_COMPUTE: (ACCESS_SHADER_READ, ACCESS_SHADER_WRITE),
+           STAGE_TRANSFER: (ACCESS_TRANSFER_READ, ACCESS_TRANSFER_WRITE)}
+
+
+class Recorder:
+    """Inserts a barrier before an op whose accesses conflict with earlier ones since the
+    last barrier (read after write, write after write, write after read). One global
+    memory barrier covers every earlier access, so the state resets after each."""
+
+    def __init__(self, h: Any):
+        self.h = h
+        # Allocations accessed since the last barrier. An Allocation object stands for
+        # its range: two live tensors never share one.
+        self.written: set[Any] = set()
+        self.read: set[Any] = set()
+        self.src_stages = 0
+        self.src_access = 0
+
+    def use(self, uses: list[Use]) -> None:
+        dst_stages = 0
+        dst_access = 0
+        hazard = False
+        written = self.written
+        read = self.read
+        for a, stage, write in uses:
+            if a in written or (write and a in read):
+                hazard = True
+            if stage != STAGE_HOST:
+                dst_stages |= stage
+                r, w = _ACCESS[stage]
+                dst_access |= r | w
+        if hazard and dst_stages:
+            self.barrier(dst_stages, dst_access)
+        for a, stage, write in uses:
+            if stage == STAGE_HOST:
+                continue
+            self.src_stages |= stage
+            if write:
+                written.add(a)
+                self.src_access |= _ACCESS[stage][1]
+            else:
+                read.add(a)
+
+    def barrier(self, dst_stages: int, dst_access: int) -> None:
+        if self.src_stages:
+            _vk.seq_barrier(self.h, self.src_stages, self.src_access, dst_stages, dst_access)
+        self.written.clear()
+        self.read.clear()
+        self.src_stages = 0
+        self.src_access = 0
+
+    def full_barrier(self) -> None:
+        _vk.seq_barrier(self.h, STAGES_GPU, ACCESS_ALL_WRITES, STAGES_GPU, ACCESS_ALL_GPU)
+        self.written.clear()
+        self.read.clear()
+        self.src_stages = 0
+        self.src_access = 0
+
+    # -- the commands the ops emit -----------------------------------------------------
+    def copy(self, src: Allocation, dst: Allocation, nbytes: int) -> None:
+        _vk.seq_copy(self.h, src.block.handle, src.offset, dst.block.handle, dst.offset, nbytes)
+
+    def dispatch(self, program: Any, dset: Any, push: bytes, workgroup: tuple[int, int, int]
+                 ) -> None:
+        x, y, z = workgroup
+        _vk.seq_dispatch(self.h, program, dset, push, len(push), x, y, z)
+
+
+def record_commands(h: Any, ops: list[Any], timestamps: bool, owner: object) -> None:
+    """Records `ops` (each with record(rec)) into the command buffer h, between a barrier
+    after the work of earlier submissions on the queue and one that makes the device's
+    writes visible to the host; with timestamps, one query before and one after each op.
+    `owner` (the sequence) names it in an error."""
+    rc = _vk.seq_begin(h)
+    if rc:
+        _vk.check(rc, f"recording {owner!r}")
+    rec = Recorder(h)
+    # Work from earlier submissions on this queue touches the same memory: order it.
+    _vk.seq_barrier(h, STAGES_GPU, ACCESS_ALL_WRITES, STAGES_GPU, ACCESS_ALL_GPU)
+    if timestamps:
+        _vk.seq_timestamp(h, 0)
+    for i, op in enumerate(ops):
+        op.record(rec)
+        if timestamps:
+            _vk.seq_timestamp(h, i + 1)
+    # Make device writes visible to the host reads that follow the fence.
+    _vk.seq_barrier(h, STAGES_GPU, ACCESS_ALL_WRITES, STAGE_HOST, ACCESS_HOST_READ)
+    rc = _vk.seq_end(h)
+    if rc:
+        _vk.check(rc, f"recording {owner!r}")

@@ -1,0 +1,117 @@
+"""The host side of the data path: numpy arrays in and out of mapped pool memory.
+
+numpy -> pool: a tensor's host copy (Tensor.data()) is written into its host-visible
+range (staging, or the memory of a "host" tensor) by host_to_mapped() before a
+submission that reads it (OpTensorSyncDevice's pre-submit step), or, for a large
+device tensor on a device that imports host memory, is itself that range (no copy).
+pool -> numpy: read_back() makes the (destination, source, bytes) triple a sequence
+runs through copy() once its fence signalled. A "storage" tensor is written once, by
+upload(): a staging range and a one-off command buffer. Large copies use a few threads.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from scopedgpu import _vk
+from scopedgpu._engine import Engine, fence_wait
+
+__all__ = ["copy", "aligned_empty", "host_to_mapped", "read_back", "upload"]
+
+PARALLEL_COPY_MIN = 16 << 20     # host copies this large are split over threads
+_copier = None
+
+
+def copy(dst: Any, src: Any, nbytes: int) -> None:
+    """memcpy between a numpy array's memory and mapped memory (cffi pointers). Large
+    copies are split over a few threads: numpy releases the GIL while it copies, and one
+    core rarely saturates memory bandwidth. Used only where no host-memory import (DMA
+    straight from data()) is possible."""
+    global _copier
+    workers = min(8, (os.cpu_count() or 1) // 2)
+    if nbytes < PARALLEL_COPY_MIN or workers < 2:
+        _vk.memmove(dst, src, nbytes)
+        return
+    if _copier is None:
+        from concurrent.futures import ThreadPoolExecutor
+        _copier = ThreadPoolExecutor(workers, thread_name_prefix="scopedgpu-copy")
+    d = np.frombuffer(_vk.byte_buffer(dst, nbytes), dtype=np.uint8)
+    s = np.frombuffer(_vk.byte_buffer(src, nbytes), dtype=np.uint8)
+    step = -(-nbytes // (2 * workers)) // 4096 * 4096 or nbytes
+    parts = [(i, min(i + step, nbytes)) for i in range(0, nbytes, step)]
+    for f in [_copier.submit(np.copyto, d[a:b], s[a:b]) for a, b in parts]:
+        f.result()
+
+
+def aligned_empty(shape: tuple[int, ...], dtype: np.dtype, align: int) -> np.ndarray:
+    """An uninitialised C-order array whose data starts on an `align` boundary and whose
+    buffer extends to the next boundary after its end (what a host-memory import needs)."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    size = (nbytes + align - 1) // align * align
+    raw = np.empty(size + align, dtype=np.uint8)
+    off = (-raw.ctypes.data) % align
+    return raw[off:off + nbytes].view(dtype).reshape(shape)
+
+
+def host_to_mapped(address: int, host: np.ndarray, nbytes: int) -> None:
+    """Writes an array's bytes into mapped memory at `address`."""
+    copy(_vk.address_ptr(address), _vk.array_ptr(host), nbytes)
+
+
+def read_back(host: np.ndarray, address: int, nbytes: int) -> tuple[Any, Any, int]:
+    """The copy that refreshes an array from mapped memory at `address`: (destination,
+    source, bytes), plain pointers that refer to no scopedgpu object, run by copy()."""
+    return (_vk.array_ptr(host), _vk.address_ptr(address), nbytes)
+
+
+def upload(st: Engine, dst: Any, array: np.ndarray, what: str) -> None:
+    """Writes `array` into the device range `dst` (an Allocation of a storage tensor)
+    through a temporary staging range and a one-off command buffer. Both are registered
+    in st.oneoffs before anything else happens, so that whatever interrupts this (Ctrl-C
+    included) leaves nothing the next collect() (or close()) does not free, and nothing
+    freed under the GPU."""
+    # All under the lock, the wait included: close() must not destroy the device under
+    # the copy.
+    with st.lock:
+        st.check_open()
+        job: tuple[Any, list[Any]] = (_vk.out("seq"), [])
+        out, allocs = job
+        # Jobs that made nothing were interrupted before their first step: forgotten.
+        st.oneoffs[:] = [j for j in st.oneoffs if j[0][0] != _vk.NULL or j[1]]
+        st.oneoffs.append(job)
+        try:
+            allocs.append(st.pool.alloc(array.nbytes, "host"))
+            stage = allocs[0]
+            _vk.memmove(_vk.address_ptr(stage.address), _vk.array_ptr(array), array.nbytes)
+            _vk.check(_vk.seq_create(st.dev, 0, 0, out), what)
+            h = out[0]
+            _vk.check(_vk.seq_begin(h), what)
+            _vk.seq_copy(h, stage.block.handle, stage.offset, dst.block.handle, dst.offset,
+                         array.nbytes)
+            # The copy before any later use of the tensor on this queue.
+            _vk.seq_barrier(h, _vk.STAGES_GPU, _vk.ACCESS_ALL_WRITES, _vk.STAGES_GPU,
+                            _vk.ACCESS_ALL_GPU)
+            _vk.check(_vk.seq_end(h), what)
+            _vk.check(_vk.seq_submit(h), what)
+            # In slices (Ctrl-C gets through): the copy queues behind any dispatch
+            # running on queue 0, which may be long. Interrupted, the copy is still
+            # awaited below before the tensor's memory can be freed.
+            _vk.check(fence_wait(st, h, None), what)
+        except BaseException as exc:
+            st.finish_oneoffs(wait=True)   # before the tensor's memory is freed
+            st.validation_failed(exc, what)
+            raise
+        st.finish_oneoffs()
+        st.check_validation(what)
+
+
+def _after_fork() -> None:
+    global _copier
+    _copier = None   # the host-copy threads of the parent do not exist in the child
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
