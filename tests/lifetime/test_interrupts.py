@@ -30,7 +30,9 @@ from lt_shaders import add_one_spirv
 PKG = os.path.dirname(os.path.abspath(sg.__file__))
 INJECTED = tuple(os.path.join(PKG, f) for f in (
     "manager.py", "tensor.py", "algorithm.py", "sequence.py", "ops.py", "_base.py",
-    "_engine.py", "_caches.py", "_transfer.py", "_record.py", "_validation.py", "_vk.py"))
+    "_engine.py", "_caches.py", "_transfer.py", "_record.py", "_validation.py"))
+# Not _vk.py, the door to C: its wrappers are one C call and a return-code check (as
+# _errors.check was), and the pool, which is not swept (see above), calls them too.
 DEBUG = os.environ.get("SCOPEDGPU_DEBUG", "") not in ("", "0")
 
 
