@@ -70,6 +70,8 @@ def _members(cls: type) -> list[tuple[str, Any]]:
         if name in ("__enter__", "__exit__", "__len__", "__array__"):
             continue  # listed in the class line below
         attr = inspect.getattr_static(cls, name)
+        if "package-internal" in (inspect.getdoc(attr) or ""):
+            continue  # the package's own interface between its modules, not the user's
         owner = next((k for k in cls.__mro__ if name in vars(k)), None)
         if owner is object or owner is None or owner.__module__.startswith(("builtins",
                                                                             "typing")):

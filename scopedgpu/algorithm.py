@@ -434,6 +434,7 @@ class Algorithm(Child):
 
     @property
     def max_workgroup_count(self) -> tuple[int, int, int]:
+        """The device's limit on workgroups per axis (package-internal)."""
         return self._engine_info.max_workgroup_count
 
     def check_push(self, push: bytes, what: str) -> bytes:
@@ -446,7 +447,8 @@ class Algorithm(Child):
         return self._handle
 
     def dispatch_handles(self) -> tuple[Any, Any]:
-        """(pipeline, descriptor set) of a live algorithm, for a dispatch."""
+        """(pipeline, descriptor set) of a live algorithm, for a dispatch
+        (package-internal)."""
         h = self._handle
         return h.program.handle, h.dset  # type: ignore[attr-defined]
 

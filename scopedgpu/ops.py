@@ -40,16 +40,17 @@ def _tensor_list(tensors: Any, what: str, min_count: int = 1) -> list[Tensor]:
 
 
 class Op:
-    """Base class. Subclasses declare what they touch; the sequence does the rest.
-    The methods below are the interface between an op and the sequence that records it."""
+    """Base class. Subclasses declare what they touch; the sequence does the rest."""
 
     def objects(self) -> Iterable[Any]:
-        """Tensors and algorithms that must be alive when the sequence is evaluated."""
+        """Tensors and algorithms that must be alive when the sequence is evaluated
+        (package-internal, like the other methods below)."""
         return ()
 
     def bind(self, seq: Recording) -> Op:
         """Checks the op against the sequence's manager at record() time; returns the op
-        whose commands the sequence records (itself, or one built for this sequence)."""
+        whose commands the sequence records (itself, or one built for this sequence;
+        package-internal)."""
         mgr = seq.manager
         for obj in self.objects():
             obj.check_alive()
@@ -58,18 +59,18 @@ class Op:
         return self
 
     def record(self, rec: Recorder) -> None:
-        """Emits the op's GPU commands."""
+        """Emits the op's GPU commands (package-internal)."""
 
     def pre_submit(self) -> None:
-        """Host work before submission."""
+        """Host work before submission (package-internal)."""
 
     def host_read(self) -> Iterable[Tensor]:
         """Tensors whose host data is refreshed from their host-visible memory once the
-        sequence's fence signalled."""
+        sequence's fence signalled (package-internal)."""
         return ()
 
     def host_written(self) -> Iterable[Tensor]:
-        """Tensors whose host-visible memory pre_submit() writes."""
+        """Tensors whose host-visible memory pre_submit() writes (package-internal)."""
         return ()
 
 
@@ -220,7 +221,8 @@ class OpMult(Op):
 
     def bind(self, seq):
         """Builds this sequence's dispatch of the built-in shader; the sequence owns the
-        algorithm and destroys it with itself (the pipeline stays cached)."""
+        algorithm and destroys it with itself (the pipeline stays cached;
+        package-internal)."""
         super().bind(seq)
         spirv = builtin_spirv(self._SHADERS[self.tensors[0].dtype])
         limit = seq.manager.device.max_workgroup_count[0]

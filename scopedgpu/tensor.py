@@ -288,7 +288,8 @@ class Tensor(Child):
 
     def write_mapped(self) -> None:
         """Copies the host data into the host-visible range the device reads (before a
-        submission that syncs it; nothing to do when that range is data() itself)."""
+        submission that syncs it; nothing to do when that range is data() itself;
+        package-internal)."""
         if self._zero_copy:
             return
         host = self._host
@@ -298,7 +299,7 @@ class Tensor(Child):
     def read_back(self) -> tuple[Any, Any, int] | None:
         """The copy that refreshes the host data after a download: (destination, source,
         bytes), plain pointers that refer to no scopedgpu object; None when the download
-        lands in data() itself."""
+        lands in data() itself (package-internal)."""
         if self._zero_copy:
             return None
         host = self._host

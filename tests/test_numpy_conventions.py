@@ -1,0 +1,63 @@
+"""Tensors follow numpy's conventions: len() is the first dimension, ndim, and the
+numpy 2 __array__ protocol (dtype, copy); `with` gives back the object's own type."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import scopedgpu as sg
+
+
+def test_len_is_the_first_dimension_and_ndim_the_rank(mgr):
+    src = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    t = mgr.tensor(src)
+    assert len(t) == len(src) == 2
+    assert t.ndim == src.ndim == 3
+    assert t.size == 24 and t.shape == (2, 3, 4)
+    v = mgr.tensor(np.arange(5, dtype=np.int32))
+    assert (len(v), v.ndim) == (5, 1)
+
+
+def test_len_of_a_0d_tensor_raises_as_numpy(mgr):
+    t = mgr.tensor(np.array(7.0, dtype=np.float32))
+    assert t.ndim == 0 and t.size == 1
+    with pytest.raises(TypeError, match="len\\(\\) of unsized object"):
+        len(t)
+    with pytest.raises(TypeError, match="len\\(\\) of unsized object"):
+        len(np.array(7.0))
+
+
+def test_array_protocol_copies_and_honours_dtype(mgr):
+    src = np.arange(6, dtype=np.float32).reshape(2, 3)
+    t = mgr.tensor(src)
+    a = np.asarray(t)
+    np.testing.assert_array_equal(a, src)
+    a[0, 0] = 99                     # a copy: the tensor's host data is unchanged
+    assert t.data()[0, 0] == 0
+    b = np.array(t, dtype=np.float64)
+    assert b.dtype == np.float64
+    np.testing.assert_array_equal(b, src.astype(np.float64))
+    c = t.__array__(copy=True)
+    assert c is not t.data() and not np.shares_memory(c, t.data())
+    np.testing.assert_array_equal(c, src)
+
+
+def test_array_copy_false_raises_as_numpy_2_does(mgr):
+    t = mgr.tensor(np.arange(4, dtype=np.float32))
+    with pytest.raises(ValueError, match="copy=False"):
+        t.__array__(copy=False)
+    with pytest.raises(ValueError):   # numpy 2 passes copy=False to __array__
+        np.array(t, copy=False)
+    np.testing.assert_array_equal(np.asarray(t), np.arange(4, dtype=np.float32))
+
+
+def test_enter_returns_the_object_itself(mgr):
+    with mgr.tensor(np.ones(3, np.float32)) as t:
+        assert type(t) is sg.Tensor
+    assert t.destroyed
+    with mgr.sequence() as seq:
+        assert type(seq) is sg.Sequence
+    assert seq.destroyed
+    with sg.Manager() as m:
+        assert type(m) is sg.Manager
+    assert m.closed
