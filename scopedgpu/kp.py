@@ -386,7 +386,7 @@ class Sequence:
         limit). On timeout the sequence still runs: is_running() stays True."""
         if not self._awaiting:
             log.warning("Kompute Sequence evalAwait called without existing eval")
-            self._s._check()
+            self._s.check_alive()
             return self
         if not self._s.eval_await(None if wait is None else int(wait) / 1e9):
             log.warning("Kompute Sequence evalAwait reached timeout of %s", wait)
@@ -467,11 +467,11 @@ class Manager:
             chosen = int(env) if env.isdigit() else env
         self._m = _sg.Manager(chosen)
         self._queues = max(1, len(queues))
-        if self._queues > self._m._nqueues:
+        if self._queues > self._m.queue_count:
             self._m.close()
             raise ValueError(f"{len(queues)} queues were asked for (family_queue_indices="
                              f"{queues}); {self._m.device.name} offers "
-                             f"{self._m._nqueues} compute queue(s)")
+                             f"{self._m.queue_count} compute queue(s)")
 
     def destroy(self) -> None:
         """Waits for all GPU work, then frees every tensor, algorithm and sequence of this

@@ -186,6 +186,12 @@ class Manager:
         return self._state.info
 
     @property
+    def queue_count(self) -> int:
+        """How many compute queues this manager opened (sequence(queue=...) takes an index
+        below it)."""
+        return self._nqueues
+
+    @property
     def debug(self) -> bool:
         """True when the validation layer is on for this manager."""
         return self._state.debug
