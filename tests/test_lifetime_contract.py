@@ -8,8 +8,8 @@ import pytest
 
 import scopedgpu as sg
 from scopedgpu.manager import live_vulkan_objects
+from scopedgpu.testing import live_counts
 from tests import shaders
-from tests.conftest import leak_counts
 
 
 def _slow(mgr, glsl, n=4096, iters=20000):
@@ -21,7 +21,7 @@ def _slow(mgr, glsl, n=4096, iters=20000):
 def test_anonymous_sequence_destroyed_at_with_exit(mgr, glsl):
     t = mgr.tensor(np.zeros(256, dtype=np.float32))
     algo = mgr.algorithm([t], glsl(shaders.ADD_ONE))
-    base = leak_counts(mgr)
+    base = live_counts(mgr)
     with mgr.sequence() as seq:
         seq.record(sg.OpTensorSyncDevice([t])).record(sg.OpAlgoDispatch(algo))
         seq.record(sg.OpTensorSyncLocal([t]))
@@ -32,24 +32,24 @@ def test_anonymous_sequence_destroyed_at_with_exit(mgr, glsl):
         assert during["fences"] == base["fences"] + 1
     assert seq.destroyed
     np.testing.assert_array_equal(t.data(), 1.0)  # the host copy happened before destroy
-    assert leak_counts(mgr) == base
+    assert live_counts(mgr) == base
     assert not t.destroyed  # destroying a sequence never frees a tensor
 
 
 def test_anonymous_sequence_destroyed_when_block_raises(mgr, glsl):
     _t, algo = _slow(mgr, glsl, iters=2000)
-    base = leak_counts(mgr)
+    base = live_counts(mgr)
     with pytest.raises(RuntimeError, match="boom"):
         with mgr.sequence() as seq:
             seq.record(sg.OpAlgoDispatch(algo)).eval_async()
             raise RuntimeError("boom")
     assert seq.destroyed and not seq.is_running
-    assert leak_counts(mgr) == base
+    assert live_counts(mgr) == base
 
 
 def test_named_sequences_persist_until_deleted(mgr):
     t = mgr.tensor([1.0, 2.0])
-    base = leak_counts(mgr)
+    base = live_counts(mgr)
     s1 = mgr.sequence("upload")
     s1.record(sg.OpTensorSyncDevice([t]))
     with mgr.sequence("download") as s2:
@@ -58,7 +58,7 @@ def test_named_sequences_persist_until_deleted(mgr):
     assert mgr.sequence("upload") is s1
     assert mgr.sequence_names() == ["download", "upload"]
     assert set(mgr.sequences()) == {s1, s2}
-    assert leak_counts(mgr)["sequences"] == base["sequences"] + 2
+    assert live_counts(mgr)["sequences"] == base["sequences"] + 2
     mgr.delete_sequence("upload")
     assert s1.destroyed and mgr.sequence_names() == ["download"]
     with pytest.raises(KeyError, match="upload"):
@@ -68,20 +68,20 @@ def test_named_sequences_persist_until_deleted(mgr):
     assert anon.destroyed and not s2.destroyed
     assert mgr.clear_sequences(named=True) == 1
     assert s2.destroyed and mgr.sequence_names() == [] and mgr.sequences() == []
-    assert leak_counts(mgr) == base
+    assert live_counts(mgr) == base
     assert not t.destroyed
 
 
 def test_run_leaves_nothing_behind(mgr):
     a, b, c = mgr.tensor([1.0, 2.0]), mgr.tensor([3.0, 4.0]), mgr.tensor([0.0, 0.0])
-    base = leak_counts(mgr)
+    base = live_counts(mgr)
     mgr.run(sg.OpTensorSyncDevice([a, b]), sg.OpMult([a, b, c]), sg.OpTensorSyncLocal([c]))
     np.testing.assert_array_equal(c.data(), [3.0, 8.0])
-    assert leak_counts(mgr) == base
+    assert live_counts(mgr) == base
 
 
 def test_tensors_belong_to_the_manager_not_to_ops(mgr):
-    base = leak_counts(mgr)
+    base = live_counts(mgr)
     t = mgr.tensor(np.arange(10, dtype=np.float32))
     seq = mgr.sequence()
     seq.record(sg.OpTensorSyncDevice([t])).eval()
@@ -92,7 +92,7 @@ def test_tensors_belong_to_the_manager_not_to_ops(mgr):
     mgr.run(sg.OpTensorSyncLocal([t]))
     np.testing.assert_array_equal(t.data(), np.arange(10))
     t.destroy()
-    assert leak_counts(mgr) == base
+    assert live_counts(mgr) == base
 
 
 def test_destroy_is_idempotent_everywhere(mgr, glsl):
@@ -186,7 +186,7 @@ def test_nothing_freed_while_gpu_uses_it(mgr, glsl):
     data = np.arange(4096, dtype=np.float32)
     t, algo = _slow(mgr, glsl, iters=30000)
     t.data()[:] = data
-    base = leak_counts(mgr)
+    base = live_counts(mgr)
     seq = mgr.sequence()
     seq.record(sg.OpTensorSyncDevice([t])).record(sg.OpAlgoDispatch(algo))
     seq.record(sg.OpTensorSyncLocal([t]))
@@ -207,7 +207,7 @@ def test_nothing_freed_while_gpu_uses_it(mgr, glsl):
     np.testing.assert_allclose(view, shaders.slow_reference(data, 30000), rtol=1e-5)
     assert mgr.live_objects()["pending_releases"] == 0
     seq.destroy()
-    after = leak_counts(mgr)
+    after = live_counts(mgr)
     assert after["tensors"] == base["tensors"] - 1 and after["algorithms"] == base["algorithms"] - 1
 
 
@@ -257,7 +257,7 @@ def test_eval_async_returns_before_the_gpu_is_done(mgr, glsl):
 
 
 def test_gc_returns_unreachable_objects(mgr, glsl):
-    base = leak_counts(mgr)
+    base = live_counts(mgr)
     t = mgr.tensor(np.zeros(1024, dtype=np.float32))
     algo = mgr.algorithm([t], glsl(shaders.ADD_ONE))
     seq = mgr.sequence().record(sg.OpAlgoDispatch(algo))
@@ -265,17 +265,17 @@ def test_gc_returns_unreachable_objects(mgr, glsl):
     assert mgr.live_objects()["tensors"] == base["tensors"] + 1
     del t, algo, seq
     gc.collect()
-    assert leak_counts(mgr) == base
+    assert live_counts(mgr) == base
 
 
 def test_manager_usable_after_many_scoped_blocks(mgr, glsl):
     t = mgr.tensor(np.zeros(32, dtype=np.float32))
     algo = mgr.algorithm([t], glsl(shaders.ADD_ONE))
     mgr.run(sg.OpTensorSyncDevice([t]))
-    base = leak_counts(mgr)
+    base = live_counts(mgr)
     for _ in range(50):
         with mgr.sequence() as seq:
             seq.eval(sg.OpAlgoDispatch(algo))
     mgr.run(sg.OpTensorSyncLocal([t]))
     np.testing.assert_array_equal(t.data(), 50.0)
-    assert leak_counts(mgr) == base
+    assert live_counts(mgr) == base
