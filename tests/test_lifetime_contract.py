@@ -10,6 +10,7 @@ import scopedgpu as sg
 from scopedgpu.manager import live_vulkan_objects
 from scopedgpu.testing import live_counts
 from tests import shaders
+from tests.lifetime.endless import FLAG_GLSL, STOPPABLE, flag_tensor, set_flag
 
 
 def _slow(mgr, glsl, n=4096, iters=20000):
@@ -182,33 +183,47 @@ def test_recorded_sequence_with_destroyed_object_submits_nothing(mgr, glsl, vict
 
 def test_nothing_freed_while_gpu_uses_it(mgr, glsl):
     """Destroying a tensor and its algorithm while their sequence runs defers the release
-    until the fence signals; the result is still right and the memory is not reused."""
+    until the fence signals; the result is still right and the memory is not reused.
+    Deterministic: the sequence's first dispatch spins until the test sets a flag (see
+    tests/lifetime/endless.py), so the work is certainly running when the tensor goes."""
     data = np.arange(4096, dtype=np.float32)
-    t, algo = _slow(mgr, glsl, iters=30000)
+    flag = flag_tensor(mgr)
+    busy = mgr.algorithm([flag], glsl(FLAG_GLSL), workgroup=STOPPABLE)
+    before = mgr.memory_stats()["allocated_bytes"]
+    t, algo = _slow(mgr, glsl, iters=100)
     t.data()[:] = data
+    held = mgr.memory_stats()["allocated_bytes"]
+    footprint = held - before                # t's ranges: device memory and staging
+    assert footprint >= 2 * t.nbytes
     base = live_counts(mgr)
     seq = mgr.sequence()
-    seq.record(sg.OpTensorSyncDevice([t])).record(sg.OpAlgoDispatch(algo))
-    seq.record(sg.OpTensorSyncLocal([t]))
+    seq.record(sg.OpTensorSyncDevice([t])).record(sg.OpAlgoDispatch(busy))
+    seq.record(sg.OpAlgoDispatch(algo)).record(sg.OpTensorSyncLocal([t]))
     seq.eval_async()
-    view = t.data()
-    allocated = mgr.memory_stats()["allocated_bytes"]
-    t.destroy()
-    algo.destroy()
-    if seq.is_running:
+    try:
+        view = t.data()
+        t.destroy()
+        algo.destroy()
+        assert seq.is_running                # the busy dispatch waits for the flag
         live = mgr.live_objects()
+        assert live["tensors"] == base["tensors"] - 1
+        assert live["algorithms"] == base["algorithms"] - 1
         assert live["pending_releases"] == 2
-        assert mgr.memory_stats()["allocated_bytes"] == allocated  # not freed yet
-        # a new tensor of the same size must not land on the memory still in use
+        assert mgr.memory_stats()["allocated_bytes"] == held      # not freed yet
+        # A new tensor of the same size gets memory of its own, not t's (still in use).
         t2 = mgr.tensor(np.zeros(4096, dtype=np.float32))
-        assert (t2._gpu.block.id, t2._gpu.offset) != (t._gpu.block.id, t._gpu.offset)
+        assert mgr.memory_stats()["allocated_bytes"] == held + footprint
         t2.destroy()
-    assert seq.eval_await()
-    np.testing.assert_allclose(view, shaders.slow_reference(data, 30000), rtol=1e-5)
+        assert seq.is_running and mgr.live_objects()["pending_releases"] == 2
+    finally:
+        set_flag(flag)                       # also when an assertion failed: never hang
+    assert seq.eval_await(timeout=60)
+    np.testing.assert_allclose(view, shaders.slow_reference(data, 100), rtol=1e-5)
     assert mgr.live_objects()["pending_releases"] == 0
+    assert mgr.memory_stats()["allocated_bytes"] == before   # released once it signalled
     seq.destroy()
-    after = live_counts(mgr)
-    assert after["tensors"] == base["tensors"] - 1 and after["algorithms"] == base["algorithms"] - 1
+    busy.destroy()
+    flag.destroy()
 
 
 def test_data_views_keep_memory_alive(mgr):
