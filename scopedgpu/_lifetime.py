@@ -1,6 +1,7 @@
 """LifetimeMachine: a hypothesis state machine over a user's own kernels.
 
-Imported by scopedgpu.testing on first use of LifetimeMachine (it needs hypothesis).
+Imported by scopedgpu.testing on first use of LifetimeMachine (it needs hypothesis);
+builds on scopedgpu._testkit, never on scopedgpu.testing (no import cycle).
 """
 from __future__ import annotations
 
@@ -17,9 +18,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 import scopedgpu as sg
+from scopedgpu._testkit import (Kernel, LeakError, arrays, default_device, live_counts,
+                                push_constants, spec_constants)
 from scopedgpu.manager import live_vulkan_objects
-from scopedgpu.testing import (Kernel, LeakError, arrays, default_device, live_counts,
-                               push_constants, spec_constants)
 
 __all__ = ["LifetimeMachine"]
 

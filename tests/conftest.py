@@ -4,7 +4,6 @@ they were right after the manager opened, and closing it must leave no Vulkan ob
 alive in the process."""
 from __future__ import annotations
 
-import gc
 import logging
 import os
 
@@ -12,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 import scopedgpu as sg
-from scopedgpu.manager import live_vulkan_objects
+from scopedgpu.testing import leak_checked_manager
 
 settings.register_profile("default", max_examples=25, deadline=None,
                           suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -40,27 +39,13 @@ def source_env(**extra: str) -> dict[str, str]:
 DEBUG = os.environ.get("SCOPEDGPU_DEBUG", "") not in ("", "0")
 
 
-def leak_counts(mgr: sg.Manager) -> dict[str, int]:
-    """Live counts after collecting garbage and emptying the pool's cache."""
-    gc.collect()
-    mgr.empty_cache()
-    return mgr.live_objects()
-
-
 @pytest.fixture
 def mgr():
-    before = live_vulkan_objects()
-    m = sg.Manager(debug=DEBUG or None)
-    baseline = leak_counts(m)
-    yield m
-    if not m.closed:
-        after = leak_counts(m)
-        named = len(m.sequence_names())
-        assert named == 0, f"test left named sequences {m.sequence_names()}"
-        assert after == baseline, f"leak: {after} != baseline {baseline}"
-        m.close()
-    gc.collect()
-    assert live_vulkan_objects() == before
+    """The sg_manager fixture's checks (scopedgpu.testing.leak_checked_manager: live
+    counts, pool accounting and the process-wide Vulkan objects), with the validation
+    layer only under SCOPEDGPU_DEBUG=1."""
+    with leak_checked_manager(debug=DEBUG or None) as m:
+        yield m
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import pytest
 
 import scopedgpu as sg
 from scopedgpu import aio
-from tests.conftest import leak_counts
+from scopedgpu.testing import live_counts
 
 SCALE = """
 #version 450
@@ -86,12 +86,12 @@ def test_hundred_concurrent_coroutines_no_leak(mgr, glsl):
     async def main() -> list[np.ndarray]:
         return await asyncio.gather(*(request(i, x) for i, x in enumerate(inputs)))
 
-    baseline = leak_counts(mgr)
+    baseline = live_counts(mgr)
     out = asyncio.run(main())
     for i, (x, y) in enumerate(zip(inputs, out)):
         np.testing.assert_allclose(y, np.float32(i) * x + np.float32(0.5), rtol=1e-6, atol=1e-6)
     assert peak > 1                  # the awaits overlapped: all 100 were submitted at once
-    assert leak_counts(mgr) == baseline
+    assert live_counts(mgr) == baseline
 
 
 def _timed_run(mgr, algo, iters):

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import scopedgpu as sg
+from tests.lifetime.endless import FLAG_GLSL, STOPPABLE, flag_tensor, set_flag
 
 
 def test_recycled_sequences_run_correctly_and_are_freed_by_empty_cache(mgr):
@@ -80,14 +81,43 @@ def test_unreachable_children_return_to_the_pool(mgr):
 
 
 def test_running_sequence_defers_the_release_of_its_tensor(mgr):
+    """A tensor destroyed while a sequence that uses it runs: gone for Python at once,
+    its memory held (a pending release) while the sequence runs, released as soon as the
+    sequence is seen complete (eval_await), not only when the sequence is destroyed. The
+    sequence's first dispatch spins until the test sets a flag (tests/lifetime/endless.py),
+    so it is certainly running while the intermediate states are checked."""
+    flag = flag_tensor(mgr)
+    busy = mgr.algorithm([flag], sg.compile_glsl(FLAG_GLSL), workgroup=STOPPABLE)
+    before = mgr.memory_stats()["allocated_bytes"]
     a = mgr.tensor(np.arange(1 << 16, dtype=np.float32))
+    held = mgr.memory_stats()["allocated_bytes"]
+    assert held - before >= 2 * a.nbytes          # device memory and staging
     seq = mgr.sequence()
-    seq.record(sg.OpTensorSyncDevice([a])).record(sg.OpTensorSyncLocal([a]))
+    seq.record(sg.OpTensorSyncDevice([a])).record(sg.OpAlgoDispatch(busy))
+    seq.record(sg.OpTensorSyncLocal([a]))
+    assert mgr.live_objects()["pending_releases"] == 0
     seq.eval_async()
-    a.destroy()
-    seq.eval_await()
+    try:
+        a.destroy()
+        assert a.destroyed and seq.is_running
+        live = mgr.live_objects()
+        assert live["tensors"] == 1                   # the flag: a is gone for Python...
+        assert live["pending_releases"] == 1          # ...its release waits for the fence
+        assert mgr.memory_stats()["allocated_bytes"] == held
+        assert not seq.eval_await(timeout=0.05)       # a timed-out await releases nothing
+        assert seq.is_running and mgr.live_objects()["pending_releases"] == 1
+        assert mgr.memory_stats()["allocated_bytes"] == held
+    finally:
+        set_flag(flag)                                # also when an assertion failed
+    assert seq.eval_await(timeout=60)
+    assert not seq.is_running and not seq.destroyed
+    assert mgr.live_objects()["pending_releases"] == 0          # released at the await
+    assert mgr.memory_stats()["allocated_bytes"] == before
     seq.destroy()
     assert mgr.live_objects()["pending_releases"] == 0
+    assert mgr.memory_stats()["allocated_bytes"] == before
+    busy.destroy()
+    flag.destroy()
 
 
 def test_close_with_cached_sequences_leaves_nothing():

@@ -8,8 +8,9 @@ import pytest
 
 import scopedgpu as sg
 from scopedgpu.manager import live_vulkan_objects
+from scopedgpu.testing import live_counts
 from tests import shaders
-from tests.conftest import leak_counts
+from tests.lifetime.endless import FLAG_GLSL, STOPPABLE, flag_tensor, set_flag
 
 
 def _slow(mgr, glsl, n=4096, iters=20000):
@@ -21,7 +22,7 @@ def _slow(mgr, glsl, n=4096, iters=20000):
 def test_anonymous_sequence_destroyed_at_with_exit(mgr, glsl):
     t = mgr.tensor(np.zeros(256, dtype=np.float32))
     algo = mgr.algorithm([t], glsl(shaders.ADD_ONE))
-    base = leak_counts(mgr)
+    base = live_counts(mgr)
     with mgr.sequence() as seq:
         seq.record(sg.OpTensorSyncDevice([t])).record(sg.OpAlgoDispatch(algo))
         seq.record(sg.OpTensorSyncLocal([t]))
@@ -32,24 +33,24 @@ def test_anonymous_sequence_destroyed_at_with_exit(mgr, glsl):
         assert during["fences"] == base["fences"] + 1
     assert seq.destroyed
     np.testing.assert_array_equal(t.data(), 1.0)  # the host copy happened before destroy
-    assert leak_counts(mgr) == base
+    assert live_counts(mgr) == base
     assert not t.destroyed  # destroying a sequence never frees a tensor
 
 
 def test_anonymous_sequence_destroyed_when_block_raises(mgr, glsl):
     _t, algo = _slow(mgr, glsl, iters=2000)
-    base = leak_counts(mgr)
+    base = live_counts(mgr)
     with pytest.raises(RuntimeError, match="boom"):
         with mgr.sequence() as seq:
             seq.record(sg.OpAlgoDispatch(algo)).eval_async()
             raise RuntimeError("boom")
     assert seq.destroyed and not seq.is_running
-    assert leak_counts(mgr) == base
+    assert live_counts(mgr) == base
 
 
 def test_named_sequences_persist_until_deleted(mgr):
     t = mgr.tensor([1.0, 2.0])
-    base = leak_counts(mgr)
+    base = live_counts(mgr)
     s1 = mgr.sequence("upload")
     s1.record(sg.OpTensorSyncDevice([t]))
     with mgr.sequence("download") as s2:
@@ -58,7 +59,7 @@ def test_named_sequences_persist_until_deleted(mgr):
     assert mgr.sequence("upload") is s1
     assert mgr.sequence_names() == ["download", "upload"]
     assert set(mgr.sequences()) == {s1, s2}
-    assert leak_counts(mgr)["sequences"] == base["sequences"] + 2
+    assert live_counts(mgr)["sequences"] == base["sequences"] + 2
     mgr.delete_sequence("upload")
     assert s1.destroyed and mgr.sequence_names() == ["download"]
     with pytest.raises(KeyError, match="upload"):
@@ -68,20 +69,20 @@ def test_named_sequences_persist_until_deleted(mgr):
     assert anon.destroyed and not s2.destroyed
     assert mgr.clear_sequences(named=True) == 1
     assert s2.destroyed and mgr.sequence_names() == [] and mgr.sequences() == []
-    assert leak_counts(mgr) == base
+    assert live_counts(mgr) == base
     assert not t.destroyed
 
 
 def test_run_leaves_nothing_behind(mgr):
     a, b, c = mgr.tensor([1.0, 2.0]), mgr.tensor([3.0, 4.0]), mgr.tensor([0.0, 0.0])
-    base = leak_counts(mgr)
+    base = live_counts(mgr)
     mgr.run(sg.OpTensorSyncDevice([a, b]), sg.OpMult([a, b, c]), sg.OpTensorSyncLocal([c]))
     np.testing.assert_array_equal(c.data(), [3.0, 8.0])
-    assert leak_counts(mgr) == base
+    assert live_counts(mgr) == base
 
 
 def test_tensors_belong_to_the_manager_not_to_ops(mgr):
-    base = leak_counts(mgr)
+    base = live_counts(mgr)
     t = mgr.tensor(np.arange(10, dtype=np.float32))
     seq = mgr.sequence()
     seq.record(sg.OpTensorSyncDevice([t])).eval()
@@ -92,7 +93,7 @@ def test_tensors_belong_to_the_manager_not_to_ops(mgr):
     mgr.run(sg.OpTensorSyncLocal([t]))
     np.testing.assert_array_equal(t.data(), np.arange(10))
     t.destroy()
-    assert leak_counts(mgr) == base
+    assert live_counts(mgr) == base
 
 
 def test_destroy_is_idempotent_everywhere(mgr, glsl):
@@ -182,33 +183,47 @@ def test_recorded_sequence_with_destroyed_object_submits_nothing(mgr, glsl, vict
 
 def test_nothing_freed_while_gpu_uses_it(mgr, glsl):
     """Destroying a tensor and its algorithm while their sequence runs defers the release
-    until the fence signals; the result is still right and the memory is not reused."""
+    until the fence signals; the result is still right and the memory is not reused.
+    Deterministic: the sequence's first dispatch spins until the test sets a flag (see
+    tests/lifetime/endless.py), so the work is certainly running when the tensor goes."""
     data = np.arange(4096, dtype=np.float32)
-    t, algo = _slow(mgr, glsl, iters=30000)
+    flag = flag_tensor(mgr)
+    busy = mgr.algorithm([flag], glsl(FLAG_GLSL), workgroup=STOPPABLE)
+    before = mgr.memory_stats()["allocated_bytes"]
+    t, algo = _slow(mgr, glsl, iters=100)
     t.data()[:] = data
-    base = leak_counts(mgr)
+    held = mgr.memory_stats()["allocated_bytes"]
+    footprint = held - before                # t's ranges: device memory and staging
+    assert footprint >= 2 * t.nbytes
+    base = live_counts(mgr)
     seq = mgr.sequence()
-    seq.record(sg.OpTensorSyncDevice([t])).record(sg.OpAlgoDispatch(algo))
-    seq.record(sg.OpTensorSyncLocal([t]))
+    seq.record(sg.OpTensorSyncDevice([t])).record(sg.OpAlgoDispatch(busy))
+    seq.record(sg.OpAlgoDispatch(algo)).record(sg.OpTensorSyncLocal([t]))
     seq.eval_async()
-    view = t.data()
-    allocated = mgr.memory_stats()["allocated_bytes"]
-    t.destroy()
-    algo.destroy()
-    if seq.is_running:
+    try:
+        view = t.data()
+        t.destroy()
+        algo.destroy()
+        assert seq.is_running                # the busy dispatch waits for the flag
         live = mgr.live_objects()
+        assert live["tensors"] == base["tensors"] - 1
+        assert live["algorithms"] == base["algorithms"] - 1
         assert live["pending_releases"] == 2
-        assert mgr.memory_stats()["allocated_bytes"] == allocated  # not freed yet
-        # a new tensor of the same size must not land on the memory still in use
+        assert mgr.memory_stats()["allocated_bytes"] == held      # not freed yet
+        # A new tensor of the same size gets memory of its own, not t's (still in use).
         t2 = mgr.tensor(np.zeros(4096, dtype=np.float32))
-        assert (t2._gpu.block.id, t2._gpu.offset) != (t._gpu.block.id, t._gpu.offset)
+        assert mgr.memory_stats()["allocated_bytes"] == held + footprint
         t2.destroy()
-    assert seq.eval_await()
-    np.testing.assert_allclose(view, shaders.slow_reference(data, 30000), rtol=1e-5)
+        assert seq.is_running and mgr.live_objects()["pending_releases"] == 2
+    finally:
+        set_flag(flag)                       # also when an assertion failed: never hang
+    assert seq.eval_await(timeout=60)
+    np.testing.assert_allclose(view, shaders.slow_reference(data, 100), rtol=1e-5)
     assert mgr.live_objects()["pending_releases"] == 0
+    assert mgr.memory_stats()["allocated_bytes"] == before   # released once it signalled
     seq.destroy()
-    after = leak_counts(mgr)
-    assert after["tensors"] == base["tensors"] - 1 and after["algorithms"] == base["algorithms"] - 1
+    busy.destroy()
+    flag.destroy()
 
 
 def test_data_views_keep_memory_alive(mgr):
@@ -257,7 +272,7 @@ def test_eval_async_returns_before_the_gpu_is_done(mgr, glsl):
 
 
 def test_gc_returns_unreachable_objects(mgr, glsl):
-    base = leak_counts(mgr)
+    base = live_counts(mgr)
     t = mgr.tensor(np.zeros(1024, dtype=np.float32))
     algo = mgr.algorithm([t], glsl(shaders.ADD_ONE))
     seq = mgr.sequence().record(sg.OpAlgoDispatch(algo))
@@ -265,17 +280,17 @@ def test_gc_returns_unreachable_objects(mgr, glsl):
     assert mgr.live_objects()["tensors"] == base["tensors"] + 1
     del t, algo, seq
     gc.collect()
-    assert leak_counts(mgr) == base
+    assert live_counts(mgr) == base
 
 
 def test_manager_usable_after_many_scoped_blocks(mgr, glsl):
     t = mgr.tensor(np.zeros(32, dtype=np.float32))
     algo = mgr.algorithm([t], glsl(shaders.ADD_ONE))
     mgr.run(sg.OpTensorSyncDevice([t]))
-    base = leak_counts(mgr)
+    base = live_counts(mgr)
     for _ in range(50):
         with mgr.sequence() as seq:
             seq.eval(sg.OpAlgoDispatch(algo))
     mgr.run(sg.OpTensorSyncLocal([t]))
     np.testing.assert_array_equal(t.data(), 50.0)
-    assert leak_counts(mgr) == base
+    assert live_counts(mgr) == base

@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 
 import scopedgpu as sg
-from tests.conftest import DEBUG, ROOT, leak_counts, source_env
+from scopedgpu.testing import live_counts
+from tests.conftest import DEBUG, ROOT, source_env
 from tests.test_async import LCG, _long_lcg, lcg_reference
 
 
@@ -26,7 +27,7 @@ def test_two_managers_wait_at_once_with_the_gil_released(glsl):
     spirv = glsl(LCG)
     managers = [sg.Manager(i, debug=DEBUG or None) for i in _two_devices()]
     try:
-        baselines = [leak_counts(m) for m in managers]
+        baselines = [live_counts(m) for m in managers]
         # A dispatch of about 0.6 s on the first device alone; the same on the second.
         first, t0_, a0_, iters = _long_lcg(managers[0], glsl, 0.6)
         v0 = [first, first + np.uint32(1)]
@@ -78,7 +79,7 @@ def test_two_managers_wait_at_once_with_the_gil_released(glsl):
         for k in range(2):
             algos[k].destroy()
             tensors[k].destroy()
-            assert leak_counts(managers[k]) == baselines[k]
+            assert live_counts(managers[k]) == baselines[k]
     finally:
         for m in managers:
             m.close()

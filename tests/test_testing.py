@@ -94,14 +94,22 @@ def test_arrays_are_finite_normal_and_nonempty(a, s, d):
 
 
 def test_fixture_passes_a_clean_test_and_fails_a_leaky_one(pytester, monkeypatch):
+    """...and its manager has the validation layer on by itself (SCOPEDGPU_DEBUG=0 in the
+    run), wherever the layer is installed."""
+    with sg.Manager(debug=True) as m:    # (a missing layer is logged, and allowed)
+        layer = m.debug
     monkeypatch.setenv("PYTHONPATH", source_env()["PYTHONPATH"])
+    monkeypatch.setenv("SCOPEDGPU_DEBUG", "0")
+    monkeypatch.setenv("SG_EXPECT_LAYER", str(int(layer)))
     pytester.makeconftest('pytest_plugins = ["scopedgpu.testing"]\n')
     pytester.makepyfile("""
+        import os
         import numpy as np
         import scopedgpu as sg
         KEEP = []
 
         def test_clean(sg_manager):
+            assert sg_manager.debug == (os.environ["SG_EXPECT_LAYER"] == "1")
             t = sg_manager.tensor(np.arange(4, dtype=np.float32))
             sg_manager.run(sg.OpTensorSyncDevice([t]), sg.OpTensorSyncLocal([t]))
 

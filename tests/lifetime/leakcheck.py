@@ -7,29 +7,17 @@ them, and assert that the Python-side and the shim-side counts are back at the b
 
 `make()` returns one object (or a tuple of them); `release(obj)` releases one (default:
 destroy() on each); `grows` lists the counts that must have grown by at least that much
-while the n objects were alive, which proves the harness counted the right thing.
+while the n objects were alive, which proves the harness counted the right thing. The
+counts are scopedgpu.testing.live_counts(mgr, process=True): the manager's live objects,
+its pool's accounting and the process-wide shim counts (the one leak-count helper that
+no_leaks, the sg_manager and mgr fixtures and LifetimeMachine use too).
 """
 from __future__ import annotations
 
-import gc
 from typing import Any, Callable
 
 import scopedgpu as sg
-from scopedgpu.manager import live_vulkan_objects
-
-
-def counts(mgr: sg.Manager) -> dict[str, int]:
-    """Manager-side and process-wide counts, after collecting garbage and emptying the
-    pool's and the pipeline cache (cached blocks and pipelines are not leaks)."""
-    gc.collect()
-    mgr.empty_cache()
-    c = dict(mgr.live_objects())
-    c.update({f"process_{k}": v for k, v in live_vulkan_objects().items()})
-    stats = mgr.memory_stats()
-    c["pool_allocations"] = stats["allocations"]
-    c["pool_allocated_bytes"] = stats["allocated_bytes"]
-    c["pool_reserved_bytes"] = stats["reserved_bytes"]
-    return c
+from scopedgpu.testing import live_counts
 
 
 def _destroy(obj: Any) -> None:
@@ -43,9 +31,9 @@ def check_release(mgr: sg.Manager, make: Callable[[], Any], *, n: int = 10,
     """Creates n objects, checks that the counts in `grows` grew by at least the given
     amounts, releases them (release(obj) for each; with drop_only, by dropping every
     reference and collecting garbage), and asserts every count is back at the baseline."""
-    baseline = counts(mgr)
+    baseline = live_counts(mgr, process=True)
     objs = [make() for _ in range(n)]
-    during = counts(mgr)
+    during = live_counts(mgr, process=True)
     for key, least in grows.items():
         assert during[key] - baseline[key] >= least, (
             f"{key}: {baseline[key]} -> {during[key]} while {n} objects were alive; expected "
@@ -55,6 +43,6 @@ def check_release(mgr: sg.Manager, make: Callable[[], Any], *, n: int = 10,
             release(obj)
         del obj
     del objs
-    after = counts(mgr)
+    after = live_counts(mgr, process=True)
     diff = {k: (baseline[k], after[k]) for k in baseline if after.get(k) != baseline[k]}
     assert not diff, f"leak: counts not back to baseline (baseline, after): {diff}"

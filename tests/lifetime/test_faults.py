@@ -24,6 +24,7 @@ import pytest
 import scopedgpu as sg
 from scopedgpu._ffi import lib
 from scopedgpu.manager import live_vulkan_objects
+from scopedgpu.testing import live_counts
 
 from lt_shaders import add_one_spirv
 
@@ -149,9 +150,7 @@ def test_every_call_fails_once_same_manager(spirv):
     _assert_nothing_alive()
     with sg.Manager(debug=DEBUG or None) as m:
         def counts():
-            gc.collect()
-            m.empty_cache()
-            return m.live_objects()
+            return live_counts(m)
         base = counts()
         n = _count_calls(lambda: _body(m, spirv, "named"))
         assert counts() == base

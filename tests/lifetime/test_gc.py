@@ -7,7 +7,9 @@ import gc
 import numpy as np
 
 import scopedgpu as sg
-from leakcheck import check_release, counts
+from scopedgpu.testing import live_counts
+
+from leakcheck import check_release
 from lt_shaders import add_one_spirv, slow_spirv
 
 
@@ -38,7 +40,7 @@ def test_unreachable_algorithms_and_sequences(mgr):
 
 
 def test_unreachable_objects_wait_for_their_gpu_work(mgr):
-    baseline = counts(mgr)
+    baseline = live_counts(mgr, process=True)
     # Long enough to still run at the checks below: ~0.2 s on lavapipe, ~1 s on an H200.
     n = 1_000_000 if mgr.device.type == "cpu" else 200_000_000
     t = mgr.tensor(np.array([0, n, 0, 0], np.uint32))
@@ -60,17 +62,17 @@ def test_unreachable_objects_wait_for_their_gpu_work(mgr):
     assert stats["allocations"] >= 3
     mgr.wait_idle()
     np.testing.assert_array_equal(view, [0, n, 0, 0])  # the OpTensorSyncLocal happened
-    assert counts(mgr) == baseline
+    assert live_counts(mgr, process=True) == baseline
 
 
 def test_named_sequences_stay_until_deleted(mgr):
-    baseline = counts(mgr)
+    baseline = live_counts(mgr, process=True)
     a = mgr.tensor(np.arange(8, dtype=np.float32))
     mgr.sequence("kept").record(sg.OpTensorSyncDevice([a])).eval()
     mgr.sequence("also kept")
     gc.collect()
     assert mgr.sequence_names() == ["also kept", "kept"]
-    c = counts(mgr)
+    c = live_counts(mgr, process=True)
     assert c["sequences"] == baseline["sequences"] + 2
     assert c["command_pools"] == baseline["command_pools"] + 2
     # The named sequence found again is the same object, still recorded.
@@ -81,7 +83,7 @@ def test_named_sequences_stay_until_deleted(mgr):
     mgr.delete_sequence("kept")
     assert mgr.clear_sequences(named=True) == 1
     assert mgr.sequence_names() == []
-    assert counts(mgr) == baseline
+    assert live_counts(mgr, process=True) == baseline
 
 
 def test_unreachable_manager_closes(mgr):

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import scopedgpu as sg
-from leakcheck import counts
+from scopedgpu.testing import live_counts
+
 from lt_shaders import add_one_spirv, slow_spirv
 
 THREADS = 4
@@ -62,7 +63,7 @@ def _close_under_threads(m: sg.Manager, step, delay: float) -> None:
 
 
 def test_threads_create_evaluate_destroy(mgr):
-    baseline = counts(mgr)
+    baseline = live_counts(mgr, process=True)
     spirv = {dt: add_one_spirv(dt) for dt in (np.float32, np.int32, np.uint32)}
     done = [0] * THREADS
 
@@ -106,13 +107,13 @@ def test_threads_create_evaluate_destroy(mgr):
     _run_threads(work, THREADS)
     assert sum(done) == THREADS * ITERATIONS
     assert mgr.sequence_names() == []
-    assert counts(mgr) == baseline
+    assert live_counts(mgr, process=True) == baseline
 
 
 def test_waiting_thread_while_another_destroys(mgr):
     """One thread waits on a running sequence (no lock held) while another destroys it or
     clears the sequences; found a use-after-free of the fence (see docs/threads.md)."""
-    baseline = counts(mgr)
+    baseline = live_counts(mgr, process=True)
     t = mgr.tensor(np.array([0, 1_000_000, 0, 0], np.uint32))
     algo = mgr.algorithm([t], slow_spirv(), workgroup=(16, 1, 1))
     for round_ in range(6):
@@ -136,7 +137,7 @@ def test_waiting_thread_while_another_destroys(mgr):
         assert seq.destroyed
     algo.destroy()
     t.destroy()
-    assert counts(mgr) == baseline
+    assert live_counts(mgr, process=True) == baseline
 
 
 @pytest.mark.parametrize("delay", [0.0, 0.002, 0.02])
@@ -157,7 +158,7 @@ def test_close_while_threads_wait(delay):
 def test_wait_idle_while_other_threads_submit(mgr):
     """vkDeviceWaitIdle needs every queue of the device externally synchronized: it must not
     run while another thread submits."""
-    baseline = counts(mgr)
+    baseline = live_counts(mgr, process=True)
     a = mgr.tensor(np.arange(64, dtype=np.float32))
     b = mgr.empty(64)
     algo = mgr.algorithm([a, b], add_one_spirv(np.float32))
@@ -178,7 +179,7 @@ def test_wait_idle_while_other_threads_submit(mgr):
     _run_threads(work, 3)
     for o in (algo, a, b):
         o.destroy()
-    assert counts(mgr) == baseline
+    assert live_counts(mgr, process=True) == baseline
 
 
 @pytest.mark.parametrize("kind", ["device", "host", "storage"])

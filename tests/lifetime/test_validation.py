@@ -1,9 +1,9 @@
 """The validation layer makes tests fail: errors raise ValidationError from the call that
 caused them, and errors reported while a manager closes (when nothing can raise) reach the
-"scopedgpu" log, which tests/lifetime/conftest.py turns into a test failure."""
+"scopedgpu" log, which tests/conftest.py turns into a test failure (warnings too)."""
 from __future__ import annotations
 
-import logging
+import os
 import subprocess
 import sys
 import textwrap
@@ -13,6 +13,8 @@ import pytest
 
 import scopedgpu as sg
 from scopedgpu._ffi import ffi, lib
+
+pytest_plugins = ["pytester"]
 
 
 @pytest.fixture
@@ -74,8 +76,45 @@ def test_validation_error_at_close_is_logged():
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-def test_logged_validation_messages_fail_the_test(fail_on_validation_messages):
-    """The autouse fixture collects WARNING and ERROR records of the "scopedgpu" logger;
-    any record makes the test fail at teardown (checked here on its collector)."""
-    logging.getLogger("scopedgpu").debug("not collected")
-    assert fail_on_validation_messages.records == []
+def test_logged_validation_warnings_fail_the_test(pytester, monkeypatch):
+    """The project's rule (tests/conftest.py's autouse fixture): a WARNING or ERROR on the
+    "scopedgpu" logger, where the manager puts validation warnings (and errors it cannot
+    raise), fails the test that logged it, unless the test is marked
+    allow_scopedgpu_log. Run on a small test file with that conftest as a plugin."""
+    from tests.conftest import ROOT
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
+    pytester.makepyfile(test_logs="""
+        import logging
+        import pytest
+        log = logging.getLogger("scopedgpu")
+        WARNING = ("Vulkan validation: Validation Warning: [ WARNING-Example ] | "
+                   "MessageID = 0x1 | a warning the layer reported")
+
+        def test_validation_warning():
+            log.warning(WARNING)
+
+        def test_validation_error_at_close():
+            log.error("Vulkan validation: VUID-vkDestroyDevice-device-05137")
+
+        @pytest.mark.allow_scopedgpu_log
+        def test_expected_warning():
+            log.warning(WARNING)
+
+        def test_debug_and_info():
+            log.debug("not a finding")
+            log.info("not a finding")
+
+        def test_other_logger():
+            logging.getLogger("elsewhere").warning("not scopedgpu's")
+
+        def test_missing_layer():
+            log.warning("debug=True, but the Khronos validation layer is not installed")
+    """)
+    res = pytester.runpytest_subprocess("-q", "-p", "no:cacheprovider", "-p", "tests.conftest")
+    res.assert_outcomes(passed=6, errors=2)   # a teardown error counts as both
+    res.stdout.fnmatch_lines(["*ERROR at teardown of test_validation_warning*",
+                              "*scopedgpu logged:*", "*WARNING: Vulkan validation: *"
+                              "WARNING-Example*"])
+    res.stdout.fnmatch_lines(["*ERROR at teardown of test_validation_error_at_close*",
+                              "*ERROR: Vulkan validation: VUID-vkDestroyDevice*"])
