@@ -14,10 +14,6 @@ import scopedgpu
 PKG = Path(scopedgpu.__file__).resolve().parent
 # bench.py is leaving the package (moved out by another change); not checked here.
 EXCLUDED = {"bench.py"}
-# The one cycle left to another change (testing.py's lazy and TYPE_CHECKING imports of
-# _lifetime, which imports testing): only this edge is skipped. Remove it once
-# testing.py and _lifetime.py no longer import each other.
-TOLERATED = {("testing", "_lifetime")}
 # Only _vk may import the raw loader; only the loader imports the compiled extension.
 C_DOOR = {"_ffi": {"_vk"}, "_sg": {"_ffi"}}
 
@@ -112,7 +108,7 @@ def c_door_violations(pkg: Path) -> list[str]:
 
 
 def test_the_package_has_no_import_cycle():
-    cycle = find_cycle(import_graph(PKG), TOLERATED)
+    cycle = find_cycle(import_graph(PKG))
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
 
@@ -154,26 +150,10 @@ def test_a_planted_cycle_through_type_checking_and_function_imports_is_found(tmp
     assert find_cycle(import_graph(pkg)) == ["a", "b", "c", "a"]
     # and the real checker reports it the same way the package test would
     with pytest.raises(AssertionError, match="a -> b -> c -> a"):
-        cycle = find_cycle(import_graph(pkg), TOLERATED)
+        cycle = find_cycle(import_graph(pkg))
         assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
     (pkg / "c.py").write_text("")
     assert find_cycle(import_graph(pkg)) is None
-
-
-def test_the_tolerated_edge_hides_no_other_cycle(tmp_path):
-    pkg = _write(tmp_path / "scopedgpu", {
-        "__init__.py": "",
-        "testing.py": "def machine():\n    from scopedgpu._lifetime import M\n",
-        "_lifetime.py": "from scopedgpu.testing import x\n",
-    })
-    graph = import_graph(pkg)
-    assert graph["testing"] == {"_lifetime": True}     # seen, and seen as function-level
-    assert find_cycle(graph) == ["_lifetime", "testing", "_lifetime"]
-    assert find_cycle(graph, TOLERATED) is None
-    (pkg / "manager.py").write_text("import scopedgpu.testing\n")
-    (pkg / "testing.py").write_text("def machine():\n    from scopedgpu._lifetime import M\n"
-                                    "    from scopedgpu import manager\n")
-    assert find_cycle(import_graph(pkg), TOLERATED) == ["testing", "manager", "testing"]
 
 
 def test_a_planted_use_of_the_extension_outside_vk_is_found(tmp_path):
