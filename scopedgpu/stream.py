@@ -28,6 +28,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import logging
 import os
+import threading
 from typing import Any, Sequence as Seq
 
 import numpy as np
@@ -68,23 +69,24 @@ def _arrays(arrays: Any, what: str, writable: bool) -> list[np.ndarray]:
 
 class _Host:
     """The host memory of one chunk of one array, as the device sees it: an imported
-    block (no copy) or a staging range (copied by a worker)."""
+    block (no copy) or the slot's staging range (copied by a worker)."""
     __slots__ = ("view", "block", "offset", "staged")
 
     def __init__(self, view: np.ndarray):
         self.view = view
         self.block: Any = None      # sg_block * of the import, or of the staging range
         self.offset = 0
-        self.staged: Any = None     # the pool Allocation when staged
+        self.staged: Any = None     # the slot's staging Allocation, when staged
 
 
 class _Slot:
-    __slots__ = ("index", "tensors", "algo", "up", "down", "kernel", "chunk", "hosts",
-                 "phase", "futures", "up_submitted", "down_submitted")
+    __slots__ = ("index", "tensors", "stage", "algo", "up", "down", "kernel", "chunk",
+                 "hosts", "phase", "futures", "up_submitted", "down_submitted")
 
     def __init__(self, index: int):
         self.index = index
         self.tensors: list[Any] = []
+        self.stage: list[Any] = []  # a pinned staging range per array (pool "host" memory)
         self.algo: Any = None
         self.kernel: Any = None     # public Sequence on the compute queue
         self.up = ffi.new("sg_seq **")
@@ -138,15 +140,53 @@ class Streamer:
         self.slots = [_Slot(i) for i in range(self.depth)]
         self.workers = cf.ThreadPoolExecutor(max(1, workers),
                                              thread_name_prefix="scopedgpu-stream")
-        self.pins: dict[Any, None] = {}    # imported blocks not yet released
-        self.staged: list[Any] = []
+        self.pin_lock = threading.Lock()
+        self.imported = self.staged = 0   # chunks of arrays reached each way (approximate)
+        self.host_mode = os.environ.get("SCOPEDGPU_STREAM_HOST", "auto")
 
     # -- host memory: import (pin) or stage ---------------------------------------------------
-    def _pin(self, h: _Host) -> None:
-        """Worker thread: imports the pages under h.view (the device then reads and writes
-        the array itself); leaves h.block None when the device cannot import them."""
-        if not self.align or h.view.nbytes == 0:
+    def _prepare(self, slot: _Slot, i: int) -> None:
+        """Worker thread: makes chunk i of the slot reachable by the device. Imports its
+        pages when no other worker is importing (drivers import one range at a time, at
+        about the PCIe rate), else copies it into the slot's staging range (memcpy runs
+        in parallel): together the two keep ahead of the DMA engines."""
+        h = slot.hosts[i]
+        if not h.view.nbytes:
             return
+        if self.host_mode != "stage" and self.align:
+            blocking = self.host_mode == "import"
+            if self.pin_lock.acquire(blocking=blocking):
+                try:
+                    self._pin(h)
+                finally:
+                    self.pin_lock.release()
+                if h.block is not None:
+                    self.imported += 1
+                    return
+        self.staged += 1
+        a = slot.stage[i]
+        h.staged, h.block, h.offset = a, a.block.handle, a.offset
+        if i in self.up_idx:
+            self._host_bytes(a, h.view.nbytes)[:] = h.view.reshape(-1).view(np.uint8)
+
+    @staticmethod
+    def _host_bytes(a: Any, n: int) -> np.ndarray:
+        return np.frombuffer(ffi.buffer(ffi.cast("char *", a.address), n), dtype=np.uint8)
+
+    def _finish(self, h: _Host) -> None:
+        """Worker thread: a downloaded chunk reaches its array (copied out of staging, or
+        already there through the import, which is released)."""
+        if h.staged is not None:
+            if h.view.nbytes:
+                h.view.reshape(-1).view(np.uint8)[:] = self._host_bytes(h.staged, h.view.nbytes)
+            h.staged = h.block = None
+        elif h.block is not None:
+            blk, h.block = h.block, None
+            lib.sg_block_destroy(blk)
+
+    def _pin(self, h: _Host) -> None:
+        """Imports the pages under h.view (the device then reads and writes the array
+        itself); leaves h.block None when the device cannot import them."""
         addr = h.view.ctypes.data
         start = addr - addr % self.align
         size = -(-(addr + h.view.nbytes - start) // self.align) * self.align
@@ -171,21 +211,9 @@ class Streamer:
         lo, hi = k * self.chunk_rows, min(self.rows, (k + 1) * self.chunk_rows)
         slot.chunk = k
         slot.hosts = [_Host(a[lo:hi]) for a in self.arrays]
-        slot.futures = [self.workers.submit(self._pin, h) for h in slot.hosts]
+        slot.futures = [self.workers.submit(self._prepare, slot, i)
+                        for i in range(len(slot.hosts))]
         slot.phase = "pin"
-
-    def _stage_missing(self, slot: _Slot) -> None:
-        """Main thread: staging ranges for the chunks the device could not import."""
-        for i, h in enumerate(slot.hosts):
-            if h.block is None and h.view.nbytes:
-                st = self.state
-                with st.lock:
-                    a = st.pool.alloc(h.view.nbytes, "host")
-                h.staged, h.block, h.offset = a, a.block.handle, a.offset
-                if i in self.up_idx:
-                    dst = np.frombuffer(ffi.buffer(ffi.cast("char *", a.address),
-                                                   h.view.nbytes), dtype=np.uint8)
-                    dst[:] = h.view.reshape(-1).view(np.uint8)
 
     # -- command buffers ----------------------------------------------------------------------
     def _record_copies(self, holder: Any, pairs: list[tuple[Any, int, Any, int, int]],
@@ -243,24 +271,16 @@ class Streamer:
                 self._release_host(slot.hosts[i])
 
     def _release_host(self, h: _Host) -> None:
+        """An input chunk whose upload completed: its import goes (on a worker)."""
         if h.staged is not None:
-            with self.state.lock:
-                self.state.pool.free(h.staged)
-            h.staged = None
-            h.block = None
+            h.staged = h.block = None
         elif h.block is not None:
             blk, h.block = h.block, None
             self.workers.submit(lib.sg_block_destroy, blk)
 
     def _finish_outputs(self, slot: _Slot) -> None:
-        for i in self.down_idx:
-            h = slot.hosts[i]
-            if h.staged is not None and h.view.nbytes:
-                a = h.staged
-                src = np.frombuffer(ffi.buffer(ffi.cast("char *", a.address), h.view.nbytes),
-                                    dtype=np.uint8)
-                h.view.reshape(-1).view(np.uint8)[:] = src
-            self._release_host(h)
+        slot.futures = [self.workers.submit(self._finish, slot.hosts[i]) for i in self.down_idx]
+        slot.phase = "drain"
 
     # -- the loop -----------------------------------------------------------------------------
     def _setup(self) -> None:
@@ -269,6 +289,9 @@ class Streamer:
             for a in self.arrays:
                 shape = (self.chunk_rows,) + a.shape[1:]
                 slot.tensors.append(mgr.empty(shape, a.dtype, kind="storage"))
+                nbytes = slot.tensors[-1].nbytes
+                with self.state.lock:
+                    slot.stage.append(self.state.pool.alloc(nbytes, "host"))
             slot.algo = mgr.algorithm(slot.tensors, self.spirv, self.workgroup,
                                       self.spec_consts, self.push_consts)
             from scopedgpu.ops import OpAlgoDispatch, OpMemoryBarrier
@@ -301,7 +324,6 @@ class Streamer:
                     if all(f.done() for f in slot.futures):
                         for f in slot.futures:
                             f.result()
-                        self._stage_missing(slot)
                         self._submit_up(slot)
                         progressed = True
                 elif ph == "up":
@@ -319,6 +341,12 @@ class Streamer:
                     if self._done(slot.down, f"stream download of chunk {slot.chunk}"):
                         slot.down_submitted = False
                         self._finish_outputs(slot)
+                        progressed = True
+                elif ph == "drain":
+                    if all(f.done() for f in slot.futures):
+                        for f in slot.futures:
+                            f.result()
+                        slot.hosts = []
                         slot.phase = "free"
                         finished += 1
                         progressed = True
@@ -328,7 +356,7 @@ class Streamer:
     def _wait_any(self) -> None:
         """Blocks briefly on the oldest step in flight (a fence wait, or a worker)."""
         for slot in sorted(self.slots, key=lambda s: s.chunk):
-            if slot.phase == "pin":
+            if slot.phase in ("pin", "drain"):
                 cf.wait(slot.futures, timeout=_POLL_NS / 1e9)
                 return
             if slot.phase in ("up", "down"):
@@ -382,6 +410,9 @@ class Streamer:
                 slot.algo.destroy()
             for t in slot.tensors:
                 t.destroy()
+            with self.state.lock:
+                while slot.stage:
+                    self.state.pool.free(slot.stage.pop())
 
 
 def stream(mgr: Any, spirv: bytes, inputs: Seq[np.ndarray], outputs: Seq[np.ndarray], *,
