@@ -28,6 +28,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import logging
 import os
+import time
 import threading
 from typing import Any, Sequence as Seq
 
@@ -142,6 +143,8 @@ class Streamer:
                                              thread_name_prefix="scopedgpu-stream")
         self.pin_lock = threading.Lock()
         self.imported = self.staged = 0   # chunks of arrays reached each way (approximate)
+        self.trace: list[tuple[int, str, float]] | None = (
+            [] if os.environ.get("SCOPEDGPU_STREAM_TRACE") else None)
         self.host_mode = os.environ.get("SCOPEDGPU_STREAM_HOST", "auto")
 
     # -- host memory: import (pin) or stage ---------------------------------------------------
@@ -310,8 +313,14 @@ class Streamer:
 
     def _loop(self) -> None:
         next_chunk, finished = 0, 0
+        tr = self.trace
         while finished < self.nchunks:
             progressed = False
+            if tr is not None:
+                for slot in self.slots:
+                    if slot.chunk >= 0 and (not tr or tr[-1][:2] != (slot.chunk, slot.phase)):
+                        if not any(e[0] == slot.chunk and e[1] == slot.phase for e in tr[-64:]):
+                            tr.append((slot.chunk, slot.phase, time.perf_counter()))
             for slot in self.slots:
                 if slot.phase == "free" and next_chunk < self.nchunks:
                     self._start_chunk(slot, next_chunk)
