@@ -168,6 +168,10 @@ class Streamer:
                     return
         self.staged += 1
         a = slot.stage[i]
+        if a is None:
+            # Allocated on first need: with import support most chunks never need one.
+            with self.state.lock:
+                a = slot.stage[i] = self.state.pool.alloc(slot.tensors[i].nbytes, "host")
         h.staged, h.block, h.offset = a, a.block.handle, a.offset
         if i in self.up_idx:
             self._host_bytes(a, h.view.nbytes)[:] = h.view.reshape(-1).view(np.uint8)
@@ -292,9 +296,7 @@ class Streamer:
             for a in self.arrays:
                 shape = (self.chunk_rows,) + a.shape[1:]
                 slot.tensors.append(mgr.empty(shape, a.dtype, kind="storage"))
-                nbytes = slot.tensors[-1].nbytes
-                with self.state.lock:
-                    slot.stage.append(self.state.pool.alloc(nbytes, "host"))
+                slot.stage.append(None)
             slot.algo = mgr.algorithm(slot.tensors, self.spirv, self.workgroup,
                                       self.spec_consts, self.push_consts)
             from scopedgpu.ops import OpAlgoDispatch, OpMemoryBarrier
@@ -421,7 +423,9 @@ class Streamer:
                 t.destroy()
             with self.state.lock:
                 while slot.stage:
-                    self.state.pool.free(slot.stage.pop())
+                    a = slot.stage.pop()
+                    if a is not None:
+                        self.state.pool.free(a)
 
 
 def stream(mgr: Any, spirv: bytes, inputs: Seq[np.ndarray], outputs: Seq[np.ndarray], *,
