@@ -248,6 +248,26 @@ static void query_features(sg_instance *inst, VkPhysicalDevice phys, uint32_t ap
     }
 }
 
+/* A family that can transfer but neither compute nor draw: on discrete GPUs its queues
+ * feed the DMA engines, so copies there overlap copies on the compute queues. */
+static uint32_t pick_transfer_family(sg_instance *inst, VkPhysicalDevice phys, uint32_t *count) {
+    uint32_t n = 0;
+    inst->vk.vkGetPhysicalDeviceQueueFamilyProperties(phys, &n, NULL);
+    VkQueueFamilyProperties props[32];
+    if (n > 32) n = 32;
+    inst->vk.vkGetPhysicalDeviceQueueFamilyProperties(phys, &n, props);
+    const VkQueueFlags other = VK_QUEUE_COMPUTE_BIT | VK_QUEUE_GRAPHICS_BIT;
+    for (uint32_t i = 0; i < n; i++) {
+        if ((props[i].queueFlags & VK_QUEUE_TRANSFER_BIT) && !(props[i].queueFlags & other) &&
+            props[i].queueCount > 0) {
+            *count = props[i].queueCount;
+            return i;
+        }
+    }
+    *count = 0;
+    return UINT32_MAX;
+}
+
 static uint32_t pick_queue_family(sg_instance *inst, VkPhysicalDevice phys, uint32_t *count,
                                   uint32_t *ts_bits) {
     uint32_t n = 0;
@@ -371,16 +391,25 @@ int sg_device_create(sg_instance *inst, uint32_t index, uint32_t nqueues, sg_dev
     uint32_t count = 0;
     dev->queue_family = pick_queue_family(inst, phys, &count, &dev->timestamp_valid_bits);
     if (dev->queue_family == UINT32_MAX || count == 0) SG_FAIL("vkGetPhysicalDeviceQueueFamilyProperties", SG_ERR_NO_QUEUE);
+    uint32_t tcount = 0;
+    dev->transfer_family = pick_transfer_family(inst, phys, &tcount);
+    dev->ntransfer = tcount < SG_MAX_TRANSFER_QUEUES ? tcount : SG_MAX_TRANSFER_QUEUES;
+    if (dev->ntransfer == 0) dev->transfer_family = UINT32_MAX;
     if (nqueues < 1) nqueues = 1;
     if (nqueues > count) nqueues = count;
-    if (nqueues > SG_MAX_QUEUES) nqueues = SG_MAX_QUEUES;
+    if (nqueues > SG_MAX_QUEUES - SG_MAX_TRANSFER_QUEUES) nqueues = SG_MAX_QUEUES - SG_MAX_TRANSFER_QUEUES;
     dev->nqueues = nqueues;
     float priorities[SG_MAX_QUEUES];
     for (uint32_t i = 0; i < SG_MAX_QUEUES; i++) priorities[i] = 1.0f;
-    VkDeviceQueueCreateInfo qci = {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
-                                   .queueFamilyIndex = dev->queue_family,
-                                   .queueCount = nqueues,
-                                   .pQueuePriorities = priorities};
+    VkDeviceQueueCreateInfo qci[2] = {
+        {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
+         .queueFamilyIndex = dev->queue_family,
+         .queueCount = nqueues,
+         .pQueuePriorities = priorities},
+        {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
+         .queueFamilyIndex = dev->transfer_family,
+         .queueCount = dev->ntransfer,
+         .pQueuePriorities = priorities}};
 
     VkPhysicalDeviceProperties p;
     inst->vk.vkGetPhysicalDeviceProperties(phys, &p);
@@ -422,8 +451,8 @@ int sg_device_create(sg_instance *inst, uint32_t index, uint32_t nqueues, sg_dev
     }
     VkDeviceCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
                              .pNext = modern ? &en : NULL,
-                             .queueCreateInfoCount = 1,
-                             .pQueueCreateInfos = &qci,
+                             .queueCreateInfoCount = dev->ntransfer ? 2 : 1,
+                             .pQueueCreateInfos = qci,
                              .enabledExtensionCount = next,
                              .ppEnabledExtensionNames = exts,
                              .pEnabledFeatures = modern ? NULL : &en.features};
@@ -439,6 +468,8 @@ int sg_device_create(sg_instance *inst, uint32_t index, uint32_t nqueues, sg_dev
 #undef SG_LOAD_DEVICE_OPT
     for (uint32_t i = 0; i < nqueues; i++)
         dev->vk.vkGetDeviceQueue(dev->device, dev->queue_family, i, &dev->queues[i]);
+    for (uint32_t i = 0; i < dev->ntransfer; i++)
+        dev->vk.vkGetDeviceQueue(dev->device, dev->transfer_family, i, &dev->queues[nqueues + i]);
     *out = dev;
     return 0;
 fail:
@@ -475,3 +506,5 @@ fail:
 }
 
 uint32_t sg_device_queue_count(sg_device *dev) { return dev->nqueues; }
+
+uint32_t sg_device_transfer_queue_count(sg_device *dev) { return dev->ntransfer; }

@@ -14,6 +14,16 @@ static int buffer_create(sg_device *dev, uint64_t size, const void *next, VkBuff
                                        VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
                                        VK_BUFFER_USAGE_TRANSFER_DST_BIT,
                               .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
+    /* With a transfer family in use, a buffer is used by queues of two families: CONCURRENT
+     * sharing spares the queue family ownership transfers that EXCLUSIVE would need
+     * ("a queue family ownership transfer" is required before another family may use an
+     * EXCLUSIVE resource's contents). */
+    uint32_t families[2] = {dev->queue_family, dev->transfer_family};
+    if (dev->ntransfer) {
+        bci.sharingMode = VK_SHARING_MODE_CONCURRENT;
+        bci.queueFamilyIndexCount = 2;
+        bci.pQueueFamilyIndices = families;
+    }
     SG_VK("vkCreateBuffer", dev->vk.vkCreateBuffer(dev->device, &bci, NULL, out));
     sg__live_add(dev, SG_LIVE_BUFFERS, 1);
 fail:

@@ -8,14 +8,19 @@
 int sg_seq_create(sg_device *dev, uint32_t queue, uint32_t nqueries, sg_seq **out) {
     int rc = 0;
     sg_seq *seq = NULL;
-    if (queue >= dev->nqueues) SG_FAIL("sg_seq_create", SG_ERR_NO_QUEUE);
-    if (nqueries && !dev->timestamp_valid_bits) SG_FAIL("timestampValidBits", SG_ERR_ARGUMENT);
+    if (queue >= dev->nqueues + dev->ntransfer) SG_FAIL("sg_seq_create", SG_ERR_NO_QUEUE);
+    int transfer_only = queue >= dev->nqueues;
+    /* Timestamps are read with the compute family's timestampValidBits. */
+    if (nqueries && (transfer_only || !dev->timestamp_valid_bits))
+        SG_FAIL("timestampValidBits", SG_ERR_ARGUMENT);
     seq = calloc(1, sizeof *seq);
     if (!seq) SG_FAIL("calloc", VK_ERROR_OUT_OF_HOST_MEMORY);
     seq->dev = dev;
     seq->queue = dev->queues[queue];
+    seq->transfer_only = transfer_only;
     VkCommandPoolCreateInfo cpci = {.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
-                                    .queueFamilyIndex = dev->queue_family};
+                                    .queueFamilyIndex = transfer_only ? dev->transfer_family
+                                                                      : dev->queue_family};
     SG_VK("vkCreateCommandPool", dev->vk.vkCreateCommandPool(dev->device, &cpci, NULL, &seq->pool));
     sg__live_add(dev, SG_LIVE_COMMAND_POOLS, 1);
     VkCommandBufferAllocateInfo cbai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
@@ -105,6 +110,17 @@ void sg_seq_copy(sg_seq *seq, sg_block *src, uint64_t src_offset, sg_block *dst,
 
 void sg_seq_barrier(sg_seq *seq, uint32_t src_stages, uint32_t src_access,
                     uint32_t dst_stages, uint32_t dst_access) {
+    /* vkCmdPipelineBarrier: "Any pipeline stage included in srcStageMask must be supported
+     * by the capabilities of the queue family"; a transfer-only family has transfer, host
+     * and the top/bottom pseudo-stages. */
+    const uint32_t transfer_stages = VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT |
+                                     VK_PIPELINE_STAGE_TRANSFER_BIT | VK_PIPELINE_STAGE_HOST_BIT |
+                                     VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT |
+                                     VK_PIPELINE_STAGE_ALL_COMMANDS_BIT;
+    if (seq->transfer_only && ((src_stages | dst_stages) & ~transfer_stages)) {
+        refuse(seq, "sg_seq_barrier", SG_ERR_ARGUMENT);
+        return;
+    }
     VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
                           .srcAccessMask = src_access,
                           .dstAccessMask = dst_access};
@@ -116,7 +132,10 @@ void sg_seq_dispatch(sg_seq *seq, sg_program *prog, sg_dset *ds, const void *pus
     sg_device *dev = seq->dev;
     /* vkCmdPushConstants: "offset + size must be less than or equal to" the layout's
      * range, and size "must be a multiple of 4". */
-    if (push_size > prog->push_size || push_size % 4 || (push_size && !push)) {
+    /* vkCmdDispatch: "The VkCommandPool that commandBuffer was allocated from must support
+     * compute operations". */
+    if (seq->transfer_only || push_size > prog->push_size || push_size % 4 ||
+        (push_size && !push)) {
         refuse(seq, "sg_seq_dispatch", SG_ERR_ARGUMENT);
         return;
     }

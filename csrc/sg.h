@@ -133,6 +133,10 @@ int sg_device_create(sg_instance *inst, uint32_t index, uint32_t nqueues, sg_dev
 void sg_device_destroy(sg_device *dev);
 int sg_device_wait_idle(sg_device *dev);
 uint32_t sg_device_queue_count(sg_device *dev);
+/* Queues of a transfer-only family (0 to 2), numbered after the compute queues: a
+ * sequence on queue sg_device_queue_count(dev) + i records copies and transfer/host
+ * barriers only (dispatches and other stages are refused by sg_seq_end). */
+uint32_t sg_device_transfer_queue_count(sg_device *dev);
 
 /* A block: VkDeviceMemory of `size` bytes in memory type mem_type, one VkBuffer over all
  * of it (storage, transfer src and dst), persistently mapped when map != 0. */

@@ -98,13 +98,16 @@ struct sg_instance {
 };
 
 #define SG_MAX_QUEUES 16
+#define SG_MAX_TRANSFER_QUEUES 2
 
 struct sg_device {
     sg_instance *inst;
     VkPhysicalDevice phys;
     VkDevice device;
     uint32_t queue_family;
-    uint32_t nqueues;
+    uint32_t nqueues;            /* queues [0, nqueues) are of queue_family (compute) */
+    uint32_t transfer_family;    /* a transfer-only family; UINT32_MAX when none is used */
+    uint32_t ntransfer;          /* queues [nqueues, nqueues + ntransfer) are of it */
     VkQueue queues[SG_MAX_QUEUES];
     uint32_t timestamp_valid_bits;
     int host_import;     /* VK_EXT_external_memory_host enabled */
@@ -140,6 +143,7 @@ struct sg_dset {
 struct sg_seq {
     sg_device *dev;
     VkQueue queue;
+    int transfer_only;  /* on a transfer-only queue: copies and transfer/host barriers only */
     VkCommandPool pool;
     VkCommandBuffer cmd;
     VkFence fence;

@@ -369,6 +369,26 @@ class Manager:
         with st.lock:
             return sorted((s for s in st.sequences if not s.destroyed), key=lambda s: s.number)
 
+    def stream(self, spirv: bytes, inputs: Seq[np.ndarray], outputs: Seq[np.ndarray], *,
+               push_consts: Any = None, spec_consts: Any = None,
+               workgroup: Seq[int] | None = None, chunk_bytes: int | None = None,
+               depth: int = 3, workers: int | None = None) -> list[np.ndarray]:
+        """Runs a kernel over numpy arrays too big for one go, chunk by chunk along axis 0,
+        with the upload of one chunk, the kernel on another and the download of a third
+        overlapped (on the device's transfer queues when it has them). Binding i is the
+        i-th distinct array of inputs + outputs; an array in both is read and written
+        (in place). `chunk_bytes` (default 64 MiB) bounds one chunk of the widest array;
+        `depth` chunks are in flight. Writes the outputs and returns them. Everything it
+        allocates is freed before it returns, after the GPU is done with it, also when it
+        raises. The kernel must treat its bindings elementwise (each chunk is a separate
+        dispatch over chunk-sized buffers; the last chunk's buffers are not shrunk, so a
+        kernel reads `length()` of them and its tail results are discarded)."""
+        self._open()
+        from scopedgpu.stream import stream
+        return stream(self, spirv, inputs, outputs, push_consts=push_consts,
+                      spec_consts=spec_consts, workgroup=workgroup, chunk_bytes=chunk_bytes,
+                      depth=depth, workers=workers)
+
     def run(self, *ops: Op) -> None:
         """Records the ops in an anonymous sequence, evaluates it and destroys it."""
         with self.sequence() as seq:

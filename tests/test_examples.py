@@ -19,6 +19,7 @@ CASES = {
     "embedding_worker.py": ["--requests", "120", "--vocab", "500", "--dim", "96"],
     "async_service.py": ["--requests", "150", "--size", "5000"],
     "dask_histogram.py": ["--size", "1000000", "--blocks", "12", "--workers", "2"],
+    "stream_saxpy.py": ["--size", "1000003", "--chunk-mib", "1"],
 }
 
 

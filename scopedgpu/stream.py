@@ -1,0 +1,450 @@
+"""Streaming: numpy arrays pushed through a kernel in chunks, with the upload of one chunk,
+the kernel on another and the download of a third overlapped.
+
+    outs = mgr.stream(spirv, inputs=[x, y], outputs=[out], push_consts=[2.0])
+
+Each array is cut into chunks of rows (axis 0); chunk k of every array is bound to the
+kernel, in device memory of its own, and the kernel runs once per chunk: binding i is the
+i-th distinct array of inputs + outputs, so an array given in both (`inputs=[x, y],
+outputs=[y]`, an in-place y = a * x + y) is one binding, uploaded and downloaded. The
+arrays never need to fit on the device.
+
+How the overlap is made (the policy in ten lines):
+- A ring of `depth` slots, each with device memory for one chunk of every array, one
+  algorithm over it and three command buffers: upload, kernel, download.
+- Uploads and downloads run on the device's transfer-only queues when it has them (their
+  DMA engines work beside the compute queues), else on the compute queue; the kernel runs
+  on queue 0. The host orders the three steps of a chunk: a step is submitted once the
+  fence of the step before it has signalled; steps of other chunks run meanwhile.
+- No memcpy: the host memory of each chunk is imported (VK_EXT_external_memory_host), page
+  rounded, by a few worker threads ahead of its upload, and released once its last copy
+  completed. Without import support, the workers copy through pinned staging instead.
+- Nothing is freed while any queue may use it: every exit path, Ctrl-C included, first
+  waits for every fence submitted (bounded by the manager's wait_timeout; past it the
+  memory is kept, as everywhere in scopedgpu), then frees.
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import logging
+import os
+import time
+import threading
+from typing import Any, Sequence as Seq
+
+import numpy as np
+
+from scopedgpu._errors import check
+from scopedgpu._ffi import ffi, lib
+
+log = logging.getLogger("scopedgpu")
+
+MiB = 1 << 20
+DEFAULT_CHUNK = 64 * MiB
+_SG_TIMEOUT = lib.SG_TIMEOUT  # sg_seq_status / sg_seq_wait: still pending
+_STAGE_TRANSFER = 0x1000
+_STAGE_ALL = 0x10000
+_ACCESS_MEMORY_READ = 0x8000
+_ACCESS_MEMORY_WRITE = 0x10000
+_POLL_NS = 200_000       # one blocking wait slice while nothing else can progress
+
+
+def _arrays(arrays: Any, what: str, writable: bool) -> list[np.ndarray]:
+    if isinstance(arrays, np.ndarray):
+        arrays = [arrays]
+    out = []
+    for i, a in enumerate(arrays):
+        if not isinstance(a, np.ndarray):
+            raise TypeError(f"stream(): {what}[{i}] must be a numpy array, not "
+                            f"{type(a).__name__}")
+        if not a.flags.c_contiguous:
+            raise ValueError(f"stream(): {what}[{i}] must be C-contiguous "
+                             "(np.ascontiguousarray makes a contiguous copy)")
+        if writable and not a.flags.writeable:
+            raise ValueError(f"stream(): {what}[{i}] is read-only")
+        if a.ndim == 0:
+            raise ValueError(f"stream(): {what}[{i}] is 0-d; arrays are cut along axis 0")
+        out.append(a)
+    return out
+
+
+class _Host:
+    """The host memory of one chunk of one array, as the device sees it: an imported
+    block (no copy) or the slot's staging range (copied by a worker)."""
+    __slots__ = ("view", "block", "offset", "staged")
+
+    def __init__(self, view: np.ndarray):
+        self.view = view
+        self.block: Any = None      # sg_block * of the import, or of the staging range
+        self.offset = 0
+        self.staged: Any = None     # the slot's staging Allocation, when staged
+
+
+class _Slot:
+    __slots__ = ("index", "tensors", "stage", "algo", "up", "down", "kernel", "chunk",
+                 "hosts", "phase", "futures", "up_submitted", "down_submitted")
+
+    def __init__(self, index: int):
+        self.index = index
+        self.tensors: list[Any] = []
+        self.stage: list[Any] = []  # a pinned staging range per array (pool "host" memory)
+        self.algo: Any = None
+        self.kernel: Any = None     # public Sequence on the compute queue
+        self.up = ffi.new("sg_seq **")
+        self.down = ffi.new("sg_seq **")
+        self.chunk = -1
+        self.hosts: list[_Host] = []
+        self.phase = "free"
+        self.futures: list[cf.Future] = []
+        self.up_submitted = False
+        self.down_submitted = False
+
+
+class Streamer:
+    """One stream() call: see the module docstring. Internal; Manager.stream() is the API."""
+
+    def __init__(self, mgr: Any, spirv: bytes, inputs: list[np.ndarray],
+                 outputs: list[np.ndarray], *, push_consts: Any, spec_consts: Any,
+                 workgroup: Any, chunk_bytes: int, depth: int, workers: int):
+        self.mgr = mgr
+        self.state = mgr._state
+        arrays: list[np.ndarray] = []
+        for a in inputs + outputs:
+            if not any(a is b for b in arrays):
+                arrays.append(a)
+        self.arrays = arrays
+        self.up_idx = [i for i, a in enumerate(arrays) if any(a is b for b in inputs)]
+        self.down_idx = [i for i, a in enumerate(arrays) if any(a is b for b in outputs)]
+        for i in self.down_idx:
+            for j, a in enumerate(arrays):
+                if j != i and np.may_share_memory(a, arrays[i]):
+                    raise ValueError(f"stream(): output array {i} overlaps array {j}; pass "
+                                     "the same array object to be read and written in place")
+        self.rows = arrays[0].shape[0]
+        for i, a in enumerate(arrays):
+            if a.shape[0] != self.rows:
+                raise ValueError(f"stream(): every array needs the same length along axis 0; "
+                                 f"{self.rows} and {a.shape[0]} (array {i})")
+        row_bytes = max(a.nbytes // max(a.shape[0], 1) for a in arrays) or 1
+        self.chunk_rows = max(1, min(self.rows, int(chunk_bytes) // row_bytes))
+        self.nchunks = -(-self.rows // self.chunk_rows) if self.rows else 0
+        self.depth = max(1, min(depth, self.nchunks or 1))
+        self.spirv, self.push_consts, self.spec_consts = spirv, push_consts, spec_consts
+        self.workgroup = workgroup
+        pool = self.state.pool
+        self.align = pool.import_align
+        self.import_types = list(pool._types["host"])
+        ncompute = mgr._nqueues
+        ntransfer = lib.sg_device_transfer_queue_count(self.state.dev)
+        self.up_queue = ncompute if ntransfer else 0
+        self.down_queue = ncompute + (1 if ntransfer > 1 else 0) if ntransfer else 0
+        self.slots = [_Slot(i) for i in range(self.depth)]
+        self.workers = cf.ThreadPoolExecutor(max(1, workers),
+                                             thread_name_prefix="scopedgpu-stream")
+        self.pin_lock = threading.Lock()
+        self.imported = self.staged = 0   # chunks of arrays reached each way (approximate)
+        self.trace: list[tuple[int, str, float]] | None = (
+            [] if os.environ.get("SCOPEDGPU_STREAM_TRACE") else None)
+        self.host_mode = os.environ.get("SCOPEDGPU_STREAM_HOST", "auto")
+
+    # -- host memory: import (pin) or stage ---------------------------------------------------
+    def _prepare(self, slot: _Slot, i: int) -> None:
+        """Worker thread: makes chunk i of the slot reachable by the device. Imports its
+        pages when no other worker is importing (drivers import one range at a time, at
+        about the PCIe rate), else copies it into the slot's staging range (memcpy runs
+        in parallel): together the two keep ahead of the DMA engines."""
+        h = slot.hosts[i]
+        if not h.view.nbytes:
+            return
+        if self.host_mode != "stage" and self.align:
+            blocking = self.host_mode == "import"
+            if self.pin_lock.acquire(blocking=blocking):
+                try:
+                    self._pin(h)
+                finally:
+                    self.pin_lock.release()
+                if h.block is not None:
+                    self.imported += 1
+                    return
+        self.staged += 1
+        a = slot.stage[i]
+        if a is None:
+            # Allocated on first need: with import support most chunks never need one.
+            with self.state.lock:
+                a = slot.stage[i] = self.state.pool.alloc(slot.tensors[i].nbytes, "host")
+        h.staged, h.block, h.offset = a, a.block.handle, a.offset
+        if i in self.up_idx:
+            self._host_bytes(a, h.view.nbytes)[:] = h.view.reshape(-1).view(np.uint8)
+
+    @staticmethod
+    def _host_bytes(a: Any, n: int) -> np.ndarray:
+        return np.frombuffer(ffi.buffer(ffi.cast("char *", a.address), n), dtype=np.uint8)
+
+    def _finish(self, h: _Host) -> None:
+        """Worker thread: a downloaded chunk reaches its array (copied out of staging, or
+        already there through the import, which is released)."""
+        if h.staged is not None:
+            if h.view.nbytes:
+                h.view.reshape(-1).view(np.uint8)[:] = self._host_bytes(h.staged, h.view.nbytes)
+            h.staged = h.block = None
+        elif h.block is not None:
+            blk, h.block = h.block, None
+            lib.sg_block_destroy(blk)
+
+    def _pin(self, h: _Host) -> None:
+        """Imports the pages under h.view (the device then reads and writes the array
+        itself); leaves h.block None when the device cannot import them."""
+        addr = h.view.ctypes.data
+        start = addr - addr % self.align
+        size = -(-(addr + h.view.nbytes - start) // self.align) * self.align
+        bits = ffi.new("uint32_t *")
+        ptr = ffi.cast("void *", start)
+        if lib.sg_host_pointer_types(self.state.dev, ptr, bits) != 0 or not bits[0]:
+            return
+        ranked = [t for t in self.import_types if bits[0] >> t & 1]
+        ranked += [t for t in range(32) if bits[0] >> t & 1 and t not in ranked]
+        out = ffi.new("sg_block **")
+        for mem_type in ranked:
+            if lib.sg_block_import(self.state.dev, ptr, size, mem_type, out) == 0:
+                h.block, h.offset = out[0], addr - start
+                return
+
+    def _unpin(self, h: _Host) -> None:
+        if h.block is not None and h.staged is None:
+            lib.sg_block_destroy(h.block)
+        h.block = None
+
+    def _start_chunk(self, slot: _Slot, k: int) -> None:
+        lo, hi = k * self.chunk_rows, min(self.rows, (k + 1) * self.chunk_rows)
+        slot.chunk = k
+        slot.hosts = [_Host(a[lo:hi]) for a in self.arrays]
+        slot.futures = [self.workers.submit(self._prepare, slot, i)
+                        for i in range(len(slot.hosts))]
+        slot.phase = "pin"
+
+    # -- command buffers ----------------------------------------------------------------------
+    def _record_copies(self, holder: Any, pairs: list[tuple[Any, int, Any, int, int]],
+                       what: str) -> None:
+        h = holder[0]
+        check(lib.sg_seq_begin(h), what)
+        # Writes of other queues, made available by the fences the host waited on, made
+        # visible to this queue's copies.
+        lib.sg_seq_barrier(h, _STAGE_ALL, _ACCESS_MEMORY_WRITE, _STAGE_ALL,
+                           _ACCESS_MEMORY_READ | _ACCESS_MEMORY_WRITE)
+        for src, so, dst, do, n in pairs:
+            lib.sg_seq_copy(h, src, so, dst, do, n)
+        lib.sg_seq_barrier(h, _STAGE_ALL, _ACCESS_MEMORY_WRITE, _STAGE_ALL,
+                           _ACCESS_MEMORY_READ | _ACCESS_MEMORY_WRITE)
+        check(lib.sg_seq_end(h), what)
+
+    def _submit_up(self, slot: _Slot) -> None:
+        pairs = []
+        for i in self.up_idx:
+            h, t = slot.hosts[i], slot.tensors[i]
+            if h.view.nbytes:
+                g = t._gpu
+                pairs.append((h.block, h.offset, g.block.handle, g.offset, h.view.nbytes))
+        what = f"stream upload of chunk {slot.chunk}"
+        self._record_copies(slot.up, pairs, what)
+        with self.state.lock:
+            check(lib.sg_seq_submit(slot.up[0]), what)
+        slot.up_submitted = True
+        slot.phase = "up"
+
+    def _submit_down(self, slot: _Slot) -> None:
+        pairs = []
+        for i in self.down_idx:
+            h, t = slot.hosts[i], slot.tensors[i]
+            if h.view.nbytes:
+                g = t._gpu
+                pairs.append((g.block.handle, g.offset, h.block, h.offset, h.view.nbytes))
+        what = f"stream download of chunk {slot.chunk}"
+        self._record_copies(slot.down, pairs, what)
+        with self.state.lock:
+            check(lib.sg_seq_submit(slot.down[0]), what)
+        slot.down_submitted = True
+        slot.phase = "down"
+
+    def _done(self, holder: Any, what: str) -> bool:
+        rc = lib.sg_seq_status(holder[0])
+        if rc == _SG_TIMEOUT:
+            return False
+        check(rc, what)
+        return True
+
+    def _release_inputs(self, slot: _Slot) -> None:
+        for i in self.up_idx:
+            if i not in self.down_idx:
+                self._release_host(slot.hosts[i])
+
+    def _release_host(self, h: _Host) -> None:
+        """An input chunk whose upload completed: its import goes (on a worker)."""
+        if h.staged is not None:
+            h.staged = h.block = None
+        elif h.block is not None:
+            blk, h.block = h.block, None
+            self.workers.submit(lib.sg_block_destroy, blk)
+
+    def _finish_outputs(self, slot: _Slot) -> None:
+        slot.futures = [self.workers.submit(self._finish, slot.hosts[i]) for i in self.down_idx]
+        slot.phase = "drain"
+
+    # -- the loop -----------------------------------------------------------------------------
+    def _setup(self) -> None:
+        mgr = self.mgr
+        for slot in self.slots:
+            for a in self.arrays:
+                shape = (self.chunk_rows,) + a.shape[1:]
+                slot.tensors.append(mgr.empty(shape, a.dtype, kind="storage"))
+                slot.stage.append(None)
+            slot.algo = mgr.algorithm(slot.tensors, self.spirv, self.workgroup,
+                                      self.spec_consts, self.push_consts)
+            from scopedgpu.ops import OpAlgoDispatch, OpMemoryBarrier
+            slot.kernel = mgr.sequence()
+            slot.kernel.record(OpMemoryBarrier(slot.tensors)).record(OpAlgoDispatch(slot.algo))
+            for holder, q in ((slot.up, self.up_queue), (slot.down, self.down_queue)):
+                with self.state.lock:
+                    check(lib.sg_seq_create(self.state.dev, q, 0, holder), "stream setup")
+
+    def run(self) -> None:
+        try:
+            self._setup()
+            self._loop()
+        finally:
+            self._teardown()
+
+    def _loop(self) -> None:
+        next_chunk, finished = 0, 0
+        tr = self.trace
+        while finished < self.nchunks:
+            progressed = False
+            if tr is not None:
+                for slot in self.slots:
+                    if slot.chunk >= 0 and (not tr or tr[-1][:2] != (slot.chunk, slot.phase)):
+                        if not any(e[0] == slot.chunk and e[1] == slot.phase for e in tr[-64:]):
+                            tr.append((slot.chunk, slot.phase, time.perf_counter()))
+            for slot in self.slots:
+                if slot.phase == "free" and next_chunk < self.nchunks:
+                    self._start_chunk(slot, next_chunk)
+                    next_chunk += 1
+                    progressed = True
+            # Oldest chunk first: its steps free the queues and memory the others wait for.
+            for slot in sorted(self.slots, key=lambda s: s.chunk):
+                ph = slot.phase
+                if ph == "pin":
+                    if all(f.done() for f in slot.futures):
+                        for f in slot.futures:
+                            f.result()
+                        self._submit_up(slot)
+                        progressed = True
+                elif ph == "up":
+                    if self._done(slot.up, f"stream upload of chunk {slot.chunk}"):
+                        slot.up_submitted = False
+                        self._release_inputs(slot)
+                        slot.kernel.eval_async()
+                        slot.phase = "kernel"
+                        progressed = True
+                elif ph == "kernel":
+                    if not slot.kernel.is_running:
+                        self._submit_down(slot)
+                        progressed = True
+                elif ph == "down":
+                    if self._done(slot.down, f"stream download of chunk {slot.chunk}"):
+                        slot.down_submitted = False
+                        self._finish_outputs(slot)
+                        progressed = True
+                elif ph == "drain":
+                    if all(f.done() for f in slot.futures):
+                        for f in slot.futures:
+                            f.result()
+                        slot.hosts = []
+                        slot.phase = "free"
+                        finished += 1
+                        progressed = True
+            if not progressed:
+                self._wait_any()
+
+    def _wait_any(self) -> None:
+        """Blocks briefly on the oldest step in flight (a fence wait, or a worker)."""
+        for slot in sorted(self.slots, key=lambda s: s.chunk):
+            if slot.phase in ("pin", "drain"):
+                cf.wait(slot.futures, timeout=_POLL_NS / 1e9)
+                return
+            if slot.phase in ("up", "down"):
+                h = slot.up[0] if slot.phase == "up" else slot.down[0]
+                rc = lib.sg_seq_wait(h, _POLL_NS, 20_000)
+                if rc not in (0, _SG_TIMEOUT):
+                    check(rc, f"stream: waiting for chunk {slot.chunk}")
+                return
+            if slot.phase == "kernel":
+                slot.kernel.eval_await(_POLL_NS / 1e9)
+                return
+
+    def _teardown(self) -> None:
+        """Waits for every submitted step, then frees: nothing goes while a queue may use
+        it. A wait past the manager's wait_timeout keeps the memory (logged)."""
+        timeout = self.state.wait_timeout
+        stuck = False
+        for slot in self.slots:
+            for holder, submitted in ((slot.up, slot.up_submitted),
+                                      (slot.down, slot.down_submitted)):
+                if holder[0] != ffi.NULL and submitted:
+                    if lib.sg_seq_wait(holder[0], int(timeout * 1e9), 0) != 0:
+                        stuck = True
+            if slot.kernel is not None and not slot.kernel.destroyed:
+                if slot.kernel.is_running and not slot.kernel.eval_await(timeout):
+                    stuck = True
+        for slot in self.slots:
+            for f in slot.futures:
+                try:
+                    f.result()
+                except BaseException:   # noqa: BLE001 - freed below either way
+                    pass
+        if stuck:
+            log.error("scopedgpu: a stream's GPU work did not finish within %g s; its "
+                      "memory stays allocated until the process exits", timeout)
+            self.workers.shutdown(wait=True)
+            return
+        for slot in self.slots:
+            for h in slot.hosts:
+                self._release_host(h)
+            slot.hosts = []
+        self.workers.shutdown(wait=True)
+        for slot in self.slots:
+            for holder in (slot.up, slot.down):
+                if holder[0] != ffi.NULL:
+                    h, holder[0] = holder[0], ffi.NULL
+                    lib.sg_seq_destroy(h)
+            if slot.kernel is not None:
+                slot.kernel.destroy()
+            if slot.algo is not None:
+                slot.algo.destroy()
+            for t in slot.tensors:
+                t.destroy()
+            with self.state.lock:
+                while slot.stage:
+                    a = slot.stage.pop()
+                    if a is not None:
+                        self.state.pool.free(a)
+
+
+def stream(mgr: Any, spirv: bytes, inputs: Seq[np.ndarray], outputs: Seq[np.ndarray], *,
+           push_consts: Any = None, spec_consts: Any = None, workgroup: Any = None,
+           chunk_bytes: int | None = None, depth: int = 3,
+           workers: int | None = None) -> list[np.ndarray]:
+    ins = _arrays(inputs, "inputs", writable=False)
+    outs = _arrays(outputs, "outputs", writable=True)
+    if not outs:
+        raise ValueError("stream(): needs at least one output array")
+    if chunk_bytes is None:
+        chunk_bytes = DEFAULT_CHUNK
+    if chunk_bytes <= 0:
+        raise ValueError(f"stream(): chunk_bytes must be positive, not {chunk_bytes}")
+    if depth < 1:
+        raise ValueError(f"stream(): depth must be at least 1, not {depth}")
+    if workers is None:
+        workers = min(8, max(2, (os.cpu_count() or 2) // 2))
+    s = Streamer(mgr, spirv, ins, outs, push_consts=push_consts, spec_consts=spec_consts,
+                 workgroup=workgroup, chunk_bytes=chunk_bytes, depth=depth, workers=workers)
+    s.run()
+    return outs
