@@ -366,6 +366,10 @@ class Pool:
         raise OutOfMemoryError(f"{what} is larger than {limit}",
                                result="VK_ERROR_OUT_OF_DEVICE_MEMORY", call="vkAllocateMemory")
 
+    def host_types(self) -> list[int]:
+        """The memory types host ranges come from, best first (imports try them first)."""
+        return list(self._types["host"])
+
     def import_host(self, address: int, nbytes: int) -> Allocation | None:
         """A block over the host memory [address, address + nbytes rounded up to the import
         alignment); None when the device refuses (the caller falls back to staging).

@@ -46,12 +46,15 @@ VK_ERROR_INVALID_SHADER_NV = -1000012000
 STAGE_COMPUTE = 0x800
 STAGE_TRANSFER = 0x1000
 STAGE_HOST = 0x4000
+STAGE_ALL = 0x10000              # VK_PIPELINE_STAGE_ALL_COMMANDS_BIT
 ACCESS_SHADER_READ = 0x20
 ACCESS_SHADER_WRITE = 0x40
 ACCESS_TRANSFER_READ = 0x800
 ACCESS_TRANSFER_WRITE = 0x1000
 ACCESS_HOST_READ = 0x2000
 ACCESS_HOST_WRITE = 0x4000
+ACCESS_MEMORY_READ = 0x8000
+ACCESS_MEMORY_WRITE = 0x10000
 STAGES_GPU = STAGE_COMPUTE | STAGE_TRANSFER
 ACCESS_ALL_WRITES = ACCESS_SHADER_WRITE | ACCESS_TRANSFER_WRITE
 ACCESS_ALL_GPU = (ACCESS_SHADER_READ | ACCESS_SHADER_WRITE | ACCESS_TRANSFER_READ
@@ -205,6 +208,7 @@ def device_create(inst: Any, index: int, nqueues: int, holder: Any, what: str) -
 
 device_destroy: Callable[[Any], None] = lib.sg_device_destroy
 device_queue_count: Callable[[Any], int] = lib.sg_device_queue_count
+device_transfer_queue_count: Callable[[Any], int] = lib.sg_device_transfer_queue_count
 device_wait_idle: Callable[[Any], int] = lib.sg_device_wait_idle
 
 

@@ -27,6 +27,7 @@ from scopedgpu._transfer import aligned_empty
 from scopedgpu.algorithm import Algorithm
 from scopedgpu.ops import Op
 from scopedgpu.sequence import Sequence
+from scopedgpu.stream import stream
 from scopedgpu.tensor import KINDS, Tensor, dtype_feature
 
 __all__ = ["Manager", "live_vulkan_objects", "abandoned_managers"]
@@ -383,9 +384,8 @@ class Manager:
         raises. The kernel must treat its bindings elementwise (each chunk is a separate
         dispatch over chunk-sized buffers; the last chunk's buffers are not shrunk, so a
         kernel reads `length()` of them and its tail results are discarded)."""
-        self._open()
-        from scopedgpu.stream import stream
-        return stream(self, spirv, inputs, outputs, push_consts=push_consts,
+        engine = self._open()
+        return stream(self, engine, spirv, inputs, outputs, push_consts=push_consts,
                       spec_consts=spec_consts, workgroup=workgroup, chunk_bytes=chunk_bytes,
                       depth=depth, workers=workers)
 

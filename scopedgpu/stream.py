@@ -34,18 +34,13 @@ from typing import Any, Sequence as Seq
 
 import numpy as np
 
-from scopedgpu._errors import check
-from scopedgpu._ffi import ffi, lib
+from scopedgpu import _vk
+from scopedgpu.ops import OpAlgoDispatch, OpMemoryBarrier
 
 log = logging.getLogger("scopedgpu")
 
 MiB = 1 << 20
 DEFAULT_CHUNK = 64 * MiB
-_SG_TIMEOUT = lib.SG_TIMEOUT  # sg_seq_status / sg_seq_wait: still pending
-_STAGE_TRANSFER = 0x1000
-_STAGE_ALL = 0x10000
-_ACCESS_MEMORY_READ = 0x8000
-_ACCESS_MEMORY_WRITE = 0x10000
 _POLL_NS = 200_000       # one blocking wait slice while nothing else can progress
 
 
@@ -90,8 +85,8 @@ class _Slot:
         self.stage: list[Any] = []  # a pinned staging range per array (pool "host" memory)
         self.algo: Any = None
         self.kernel: Any = None     # public Sequence on the compute queue
-        self.up = ffi.new("sg_seq **")
-        self.down = ffi.new("sg_seq **")
+        self.up = _vk.out("seq")
+        self.down = _vk.out("seq")
         self.chunk = -1
         self.hosts: list[_Host] = []
         self.phase = "free"
@@ -103,11 +98,11 @@ class _Slot:
 class Streamer:
     """One stream() call: see the module docstring. Internal; Manager.stream() is the API."""
 
-    def __init__(self, mgr: Any, spirv: bytes, inputs: list[np.ndarray],
+    def __init__(self, mgr: Any, engine: Any, spirv: bytes, inputs: list[np.ndarray],
                  outputs: list[np.ndarray], *, push_consts: Any, spec_consts: Any,
                  workgroup: Any, chunk_bytes: int, depth: int, workers: int):
         self.mgr = mgr
-        self.state = mgr._state
+        self.state = engine
         arrays: list[np.ndarray] = []
         for a in inputs + outputs:
             if not any(a is b for b in arrays):
@@ -133,9 +128,9 @@ class Streamer:
         self.workgroup = workgroup
         pool = self.state.pool
         self.align = pool.import_align
-        self.import_types = list(pool._types["host"])
-        ncompute = mgr._nqueues
-        ntransfer = lib.sg_device_transfer_queue_count(self.state.dev)
+        self.import_types = pool.host_types()
+        ncompute = mgr.queue_count
+        ntransfer = _vk.device_transfer_queue_count(self.state.dev)
         self.up_queue = ncompute if ntransfer else 0
         self.down_queue = ncompute + (1 if ntransfer > 1 else 0) if ntransfer else 0
         self.slots = [_Slot(i) for i in range(self.depth)]
@@ -178,7 +173,7 @@ class Streamer:
 
     @staticmethod
     def _host_bytes(a: Any, n: int) -> np.ndarray:
-        return np.frombuffer(ffi.buffer(ffi.cast("char *", a.address), n), dtype=np.uint8)
+        return np.frombuffer(_vk.byte_buffer(_vk.address_ptr(a.address), n), dtype=np.uint8)
 
     def _finish(self, h: _Host) -> None:
         """Worker thread: a downloaded chunk reaches its array (copied out of staging, or
@@ -189,7 +184,7 @@ class Streamer:
             h.staged = h.block = None
         elif h.block is not None:
             blk, h.block = h.block, None
-            lib.sg_block_destroy(blk)
+            _vk.block_destroy(blk)
 
     def _pin(self, h: _Host) -> None:
         """Imports the pages under h.view (the device then reads and writes the array
@@ -197,21 +192,20 @@ class Streamer:
         addr = h.view.ctypes.data
         start = addr - addr % self.align
         size = -(-(addr + h.view.nbytes - start) // self.align) * self.align
-        bits = ffi.new("uint32_t *")
-        ptr = ffi.cast("void *", start)
-        if lib.sg_host_pointer_types(self.state.dev, ptr, bits) != 0 or not bits[0]:
+        bits = _vk.host_pointer_types(self.state.dev, start)
+        if not bits:
             return
-        ranked = [t for t in self.import_types if bits[0] >> t & 1]
-        ranked += [t for t in range(32) if bits[0] >> t & 1 and t not in ranked]
-        out = ffi.new("sg_block **")
+        ranked = [t for t in self.import_types if bits >> t & 1]
+        ranked += [t for t in range(32) if bits >> t & 1 and t not in ranked]
+        out = _vk.out("block")
         for mem_type in ranked:
-            if lib.sg_block_import(self.state.dev, ptr, size, mem_type, out) == 0:
+            if _vk.block_import(self.state.dev, start, size, mem_type, out) == 0:
                 h.block, h.offset = out[0], addr - start
                 return
 
     def _unpin(self, h: _Host) -> None:
         if h.block is not None and h.staged is None:
-            lib.sg_block_destroy(h.block)
+            _vk.block_destroy(h.block)
         h.block = None
 
     def _start_chunk(self, slot: _Slot, k: int) -> None:
@@ -226,28 +220,28 @@ class Streamer:
     def _record_copies(self, holder: Any, pairs: list[tuple[Any, int, Any, int, int]],
                        what: str) -> None:
         h = holder[0]
-        check(lib.sg_seq_begin(h), what)
+        _vk.check(_vk.seq_begin(h), what)
         # Writes of other queues, made available by the fences the host waited on, made
         # visible to this queue's copies.
-        lib.sg_seq_barrier(h, _STAGE_ALL, _ACCESS_MEMORY_WRITE, _STAGE_ALL,
-                           _ACCESS_MEMORY_READ | _ACCESS_MEMORY_WRITE)
+        _vk.seq_barrier(h, _vk.STAGE_ALL, _vk.ACCESS_MEMORY_WRITE, _vk.STAGE_ALL,
+                           _vk.ACCESS_MEMORY_READ | _vk.ACCESS_MEMORY_WRITE)
         for src, so, dst, do, n in pairs:
-            lib.sg_seq_copy(h, src, so, dst, do, n)
-        lib.sg_seq_barrier(h, _STAGE_ALL, _ACCESS_MEMORY_WRITE, _STAGE_ALL,
-                           _ACCESS_MEMORY_READ | _ACCESS_MEMORY_WRITE)
-        check(lib.sg_seq_end(h), what)
+            _vk.seq_copy(h, src, so, dst, do, n)
+        _vk.seq_barrier(h, _vk.STAGE_ALL, _vk.ACCESS_MEMORY_WRITE, _vk.STAGE_ALL,
+                           _vk.ACCESS_MEMORY_READ | _vk.ACCESS_MEMORY_WRITE)
+        _vk.check(_vk.seq_end(h), what)
 
     def _submit_up(self, slot: _Slot) -> None:
         pairs = []
         for i in self.up_idx:
             h, t = slot.hosts[i], slot.tensors[i]
             if h.view.nbytes:
-                g = t._gpu
+                g = t.gpu_range
                 pairs.append((h.block, h.offset, g.block.handle, g.offset, h.view.nbytes))
         what = f"stream upload of chunk {slot.chunk}"
         self._record_copies(slot.up, pairs, what)
         with self.state.lock:
-            check(lib.sg_seq_submit(slot.up[0]), what)
+            _vk.check(_vk.seq_submit(slot.up[0]), what)
         slot.up_submitted = True
         slot.phase = "up"
 
@@ -256,20 +250,20 @@ class Streamer:
         for i in self.down_idx:
             h, t = slot.hosts[i], slot.tensors[i]
             if h.view.nbytes:
-                g = t._gpu
+                g = t.gpu_range
                 pairs.append((g.block.handle, g.offset, h.block, h.offset, h.view.nbytes))
         what = f"stream download of chunk {slot.chunk}"
         self._record_copies(slot.down, pairs, what)
         with self.state.lock:
-            check(lib.sg_seq_submit(slot.down[0]), what)
+            _vk.check(_vk.seq_submit(slot.down[0]), what)
         slot.down_submitted = True
         slot.phase = "down"
 
     def _done(self, holder: Any, what: str) -> bool:
-        rc = lib.sg_seq_status(holder[0])
-        if rc == _SG_TIMEOUT:
+        rc = _vk.seq_status(holder[0])
+        if rc == _vk.TIMEOUT:
             return False
-        check(rc, what)
+        _vk.check(rc, what)
         return True
 
     def _release_inputs(self, slot: _Slot) -> None:
@@ -283,7 +277,7 @@ class Streamer:
             h.staged = h.block = None
         elif h.block is not None:
             blk, h.block = h.block, None
-            self.workers.submit(lib.sg_block_destroy, blk)
+            self.workers.submit(_vk.block_destroy, blk)
 
     def _finish_outputs(self, slot: _Slot) -> None:
         slot.futures = [self.workers.submit(self._finish, slot.hosts[i]) for i in self.down_idx]
@@ -299,12 +293,11 @@ class Streamer:
                 slot.stage.append(None)
             slot.algo = mgr.algorithm(slot.tensors, self.spirv, self.workgroup,
                                       self.spec_consts, self.push_consts)
-            from scopedgpu.ops import OpAlgoDispatch, OpMemoryBarrier
             slot.kernel = mgr.sequence()
             slot.kernel.record(OpMemoryBarrier(slot.tensors)).record(OpAlgoDispatch(slot.algo))
             for holder, q in ((slot.up, self.up_queue), (slot.down, self.down_queue)):
                 with self.state.lock:
-                    check(lib.sg_seq_create(self.state.dev, q, 0, holder), "stream setup")
+                    _vk.check(_vk.seq_create(self.state.dev, q, 0, holder), "stream setup")
 
     def run(self) -> None:
         try:
@@ -372,9 +365,9 @@ class Streamer:
                 return
             if slot.phase in ("up", "down"):
                 h = slot.up[0] if slot.phase == "up" else slot.down[0]
-                rc = lib.sg_seq_wait(h, _POLL_NS, 20_000)
-                if rc not in (0, _SG_TIMEOUT):
-                    check(rc, f"stream: waiting for chunk {slot.chunk}")
+                rc = _vk.seq_wait(h, _POLL_NS, 20_000)
+                if rc not in (0, _vk.TIMEOUT):
+                    _vk.check(rc, f"stream: waiting for chunk {slot.chunk}")
                 return
             if slot.phase == "kernel":
                 slot.kernel.eval_await(_POLL_NS / 1e9)
@@ -388,8 +381,8 @@ class Streamer:
         for slot in self.slots:
             for holder, submitted in ((slot.up, slot.up_submitted),
                                       (slot.down, slot.down_submitted)):
-                if holder[0] != ffi.NULL and submitted:
-                    if lib.sg_seq_wait(holder[0], int(timeout * 1e9), 0) != 0:
+                if holder[0] != _vk.NULL and submitted:
+                    if _vk.seq_wait(holder[0], int(timeout * 1e9), 0) != 0:
                         stuck = True
             if slot.kernel is not None and not slot.kernel.destroyed:
                 if slot.kernel.is_running and not slot.kernel.eval_await(timeout):
@@ -398,7 +391,7 @@ class Streamer:
             for f in slot.futures:
                 try:
                     f.result()
-                except BaseException:   # noqa: BLE001 - freed below either way
+                except BaseException:
                     pass
         if stuck:
             log.error("scopedgpu: a stream's GPU work did not finish within %g s; its "
@@ -412,9 +405,8 @@ class Streamer:
         self.workers.shutdown(wait=True)
         for slot in self.slots:
             for holder in (slot.up, slot.down):
-                if holder[0] != ffi.NULL:
-                    h, holder[0] = holder[0], ffi.NULL
-                    lib.sg_seq_destroy(h)
+                if holder[0] != _vk.NULL:
+                    _vk.seq_destroy(_vk.take(holder))
             if slot.kernel is not None:
                 slot.kernel.destroy()
             if slot.algo is not None:
@@ -428,7 +420,7 @@ class Streamer:
                         self.state.pool.free(a)
 
 
-def stream(mgr: Any, spirv: bytes, inputs: Seq[np.ndarray], outputs: Seq[np.ndarray], *,
+def stream(mgr: Any, engine: Any, spirv: bytes, inputs: Seq[np.ndarray], outputs: Seq[np.ndarray], *,
            push_consts: Any = None, spec_consts: Any = None, workgroup: Any = None,
            chunk_bytes: int | None = None, depth: int = 3,
            workers: int | None = None) -> list[np.ndarray]:
@@ -444,7 +436,7 @@ def stream(mgr: Any, spirv: bytes, inputs: Seq[np.ndarray], outputs: Seq[np.ndar
         raise ValueError(f"stream(): depth must be at least 1, not {depth}")
     if workers is None:
         workers = min(8, max(2, (os.cpu_count() or 2) // 2))
-    s = Streamer(mgr, spirv, ins, outs, push_consts=push_consts, spec_consts=spec_consts,
+    s = Streamer(mgr, engine, spirv, ins, outs, push_consts=push_consts, spec_consts=spec_consts,
                  workgroup=workgroup, chunk_bytes=chunk_bytes, depth=depth, workers=workers)
     s.run()
     return outs

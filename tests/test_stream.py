@@ -73,13 +73,13 @@ def test_unaligned_views_are_read_and_written_exactly(mgr, host_mode):
 
 
 @pytest.mark.parametrize("bad,match", [
-    (lambda x, y: dict(inputs=[x, np.ones(7, np.float32)], outputs=[y]), "same length"),
-    (lambda x, y: dict(inputs=[x[::2], y[::2]], outputs=[y[::2]]), "C-contiguous"),
-    (lambda x, y: dict(inputs=[x, y], outputs=[]), "at least one output"),
-    (lambda x, y: dict(inputs=[x, y], outputs=[y[:]]), "overlaps"),
-    (lambda x, y: dict(inputs=[x, [1.0] * 8], outputs=[y]), "numpy array"),
-    (lambda x, y: dict(inputs=[x, y], outputs=[y], chunk_bytes=0), "chunk_bytes"),
-    (lambda x, y: dict(inputs=[x, y], outputs=[y], depth=0), "depth"),
+    (lambda x, y: {"inputs": [x, np.ones(7, np.float32)], "outputs": [y]}, "same length"),
+    (lambda x, y: {"inputs": [x[::2], y[::2]], "outputs": [y[::2]]}, "C-contiguous"),
+    (lambda x, y: {"inputs": [x, y], "outputs": []}, "at least one output"),
+    (lambda x, y: {"inputs": [x, y], "outputs": [y[:]]}, "overlaps"),
+    (lambda x, y: {"inputs": [x, [1.0] * 8], "outputs": [y]}, "numpy array"),
+    (lambda x, y: {"inputs": [x, y], "outputs": [y], "chunk_bytes": 0}, "chunk_bytes"),
+    (lambda x, y: {"inputs": [x, y], "outputs": [y], "depth": 0}, "depth"),
 ])
 def test_bad_arguments_raise_before_any_work(mgr, bad, match):
     x = np.ones(8, np.float32)
@@ -144,7 +144,7 @@ def test_streams_from_two_threads_at_once(mgr):
         try:
             mgr.stream(SAXPY, inputs=[xs[i], ys[i]], outputs=[ys[i]], push_consts=[2.0],
                        chunk_bytes=1 << 14)
-        except BaseException as exc:   # noqa: BLE001 - reported below
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
