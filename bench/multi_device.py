@@ -88,7 +88,9 @@ def timed(fn: Callable[[], Any], seconds: float, start: threading.Barrier | None
 def measure(devs: list[Device], what: str, seconds: float) -> dict:
     """`what` on each device alone, then on all at once: GB/s."""
     def op(d: Device) -> Callable[[], Any]:
-        return {"saxpy": d.run_saxpy, "upload": d.up.eval, "download": d.down.eval}[what]
+        ops: dict[str, Callable[[], Any]] = {"saxpy": d.run_saxpy, "upload": d.up.eval,
+                                             "download": d.down.eval}
+        return ops[what]
 
     def traffic(d: Device) -> float:
         return 12.0 * d.n * K if what == "saxpy" else float(d.xfer)

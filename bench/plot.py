@@ -1,5 +1,8 @@
-"""Plots a `python -m scopedgpu bench --json FILE` result: transfer rate (upload and
-download) and saxpy bandwidth against size, scopedgpu next to its yardsticks (C, CuPy).
+"""Plots a `python -m bench --json FILE` result (also `python -m scopedgpu bench`): transfer
+rate (upload and download) and saxpy bandwidth against size, scopedgpu next to its
+yardsticks (C, CuPy); and, next to the JSON (NAME.transfers.png), the round trip numpy ->
+device -> numpy from 4 KiB up: scopedgpu against the C yardstick's best path at each size
+(and each C path).
 
     python bench/plot.py bench.json [-o docs/benchmarks.png]
 
@@ -14,14 +17,17 @@ import json
 import math
 import sys
 from pathlib import Path
+from typing import Any
 
 MiB = 1 << 20
+KiB = 1 << 10
+Panel = dict[str, Any]   # title, xlabel, ylabel, x (values), y (name -> values or None)
 
 
-def series(data: dict) -> list[dict]:
+def series(data: dict[str, Any]) -> list[Panel]:
     """Panels: title, x label, x values, and named y series (None where not measured)."""
     sw = data.get("sweeps", {})
-    panels = []
+    panels: list[Panel] = []
     tr = sw.get("transfer", [])
     if tr:
         x = [r["bytes"] / MiB for r in tr]
@@ -40,12 +46,30 @@ def series(data: dict) -> list[dict]:
             "y": {"scopedgpu": [r.get("scopedgpu_gbps") for r in sx],
                   "C (same SPIR-V)": [r.get("c_gbps") for r in sx],
                   "CuPy": [r.get("cupy_gbps") for r in sx]}})
-    for p in panels:
-        p["y"] = {k: v for k, v in p["y"].items() if any(e is not None for e in v)}
-    return panels
+    return [_drop_empty(p) for p in panels]
 
 
-def plot_matplotlib(panels: list[dict], title: str, out: Path) -> None:
+def sweep_series(data: dict[str, Any]) -> list[Panel]:
+    """The round-trip size sweep (sweeps.transfer_sizes): GB/s against KiB, log2 x."""
+    rows = data.get("sweeps", {}).get("transfer_sizes", [])
+    if not rows:
+        return []
+    y: dict[str, list[Any]] = {
+        "scopedgpu": [r.get("scopedgpu_gbps") for r in rows],
+        "C best path": [r.get("c_best_gbps") for r in rows]}
+    for path in ("staging", "rebar", "import", "import_each"):
+        y[f"C {path}"] = [r.get(f"c_{path}_gbps") for r in rows]
+    return [_drop_empty({
+        "title": "numpy -> device -> numpy round trip (2 x bytes / time)", "xlabel": "KiB",
+        "ylabel": "GB/s", "x": [r["bytes"] / KiB for r in rows], "y": y})]
+
+
+def _drop_empty(p: Panel) -> Panel:
+    p["y"] = {k: v for k, v in p["y"].items() if any(e is not None for e in v)}
+    return p
+
+
+def plot_matplotlib(panels: list[Panel], title: str, out: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -65,63 +89,81 @@ def plot_matplotlib(panels: list[dict], title: str, out: Path) -> None:
     fig.savefig(out, dpi=120)
 
 
-def plot_svg(panels: list[dict], title: str, out: Path) -> None:
-    w, h, pad = 420, 320, 50
-    colors = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728"]
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w * len(panels)}" '
-             f'height="{h + 30}" font-family="sans-serif" font-size="11">',
+SVG_W, SVG_H, SVG_PAD = 420, 320, 50
+SVG_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"]
+
+
+def svg_panel(p: Panel, ox: int) -> list[str]:
+    """One panel's SVG elements, its left edge at x = ox."""
+    w, h, pad = SVG_W, SVG_H, SVG_PAD
+    xs = [math.log2(x) for x in p["x"]]
+    ys = [y for v in p["y"].values() for y in v if y is not None] or [1.0]
+    x0, x1 = min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1
+    ymax = max(ys) * 1.1 or 1.0
+
+    def px(x: float) -> float:
+        return ox + pad + (math.log2(x) - x0) / (x1 - x0) * (w - 2 * pad)
+
+    def py(y: float) -> float:
+        return 30 + h - pad - y / ymax * (h - 2 * pad)
+    parts = [f'<text x="{ox + pad}" y="40">{p["title"]} ({p["ylabel"]} vs '
+             f'{p["xlabel"]}, log2 x)</text>',
+             f'<rect x="{ox + pad}" y="{30 + pad}" width="{w - 2 * pad}" '
+             f'height="{h - 2 * pad}" fill="none" stroke="#999"/>',
+             f'<text x="{ox + 5}" y="{py(ymax / 1.1) + 4:.0f}">{ymax / 1.1:.3g}</text>']
+    for j, (name, v) in enumerate(p["y"].items()):
+        pts = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in zip(p["x"], v) if y is not None)
+        c = SVG_COLORS[j % len(SVG_COLORS)]
+        parts.append(f'<polyline points="{pts}" fill="none" stroke="{c}" stroke-width="2"/>')
+        parts.append(f'<text x="{ox + pad + 5}" y="{30 + pad + 14 * (j + 1)}" fill="{c}">'
+                     f'{name}</text>')
+    return parts
+
+
+def plot_svg(panels: list[Panel], title: str, out: Path) -> None:
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{SVG_W * len(panels)}" '
+             f'height="{SVG_H + 30}" font-family="sans-serif" font-size="11">',
              f'<text x="10" y="15">{title}</text>']
     for i, p in enumerate(panels):
-        ox = i * w
-        xs = [math.log2(x) for x in p["x"]]
-        ys = [y for v in p["y"].values() for y in v if y is not None] or [1.0]
-        x0, x1 = min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1
-        ymax = max(ys) * 1.1 or 1.0
-
-        def px(x: float) -> float:
-            return ox + pad + (math.log2(x) - x0) / (x1 - x0) * (w - 2 * pad)
-
-        def py(y: float) -> float:
-            return 30 + h - pad - y / ymax * (h - 2 * pad)
-        parts.append(f'<text x="{ox + pad}" y="40">{p["title"]} ({p["ylabel"]} vs '
-                     f'{p["xlabel"]}, log2 x)</text>')
-        parts.append(f'<rect x="{ox + pad}" y="{30 + pad}" width="{w - 2 * pad}" '
-                     f'height="{h - 2 * pad}" fill="none" stroke="#999"/>')
-        parts.append(f'<text x="{ox + 5}" y="{py(ymax / 1.1) + 4:.0f}">{ymax / 1.1:.3g}</text>')
-        for j, (name, v) in enumerate(p["y"].items()):
-            pts = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in zip(p["x"], v) if y is not None)
-            c = colors[j % len(colors)]
-            parts.append(f'<polyline points="{pts}" fill="none" stroke="{c}" stroke-width="2"/>')
-            parts.append(f'<text x="{ox + pad + 5}" y="{30 + pad + 14 * (j + 1)}" fill="{c}">'
-                         f'{name}</text>')
+        parts += svg_panel(p, i * SVG_W)
     parts.append("</svg>")
     out.write_text("\n".join(parts))
 
 
+def draw(panels: list[Panel], title: str, out: Path) -> Path:
+    """PNG through matplotlib where it is installed, else SVG; returns the file written."""
+    if out.suffix != ".svg":
+        try:
+            plot_matplotlib(panels, title, out)
+            return out
+        except ImportError:
+            out = out.with_suffix(".svg")
+            print("plot: matplotlib is not installed; writing SVG instead", file=sys.stderr)
+    plot_svg(panels, title, out)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("json", help="the bench's --json output")
     ap.add_argument("-o", "--out", default=None, help="output file (default: JSON name .png)")
     a = ap.parse_args(argv)
     data = json.loads(Path(a.json).read_text())
     panels = series(data)
-    if not panels:
+    sweep = sweep_series(data)
+    if not panels and not sweep:
         print("plot: the JSON has no sweeps to plot", file=sys.stderr)
         return 1
     meta = data.get("meta", {})
     title = f"scopedgpu bench on {meta.get('device_name', '?')}" + \
         (" (--quick)" if meta.get("quick") else "")
     out = Path(a.out) if a.out else Path(a.json).with_suffix(".png")
-    if out.suffix != ".svg":
-        try:
-            plot_matplotlib(panels, title, out)
-            print(f"wrote {out}")
-            return 0
-        except ImportError:
-            out = out.with_suffix(".svg")
-            print("plot: matplotlib is not installed; writing SVG instead", file=sys.stderr)
-    plot_svg(panels, title, out)
-    print(f"wrote {out}")
+    if panels:
+        print(f"wrote {draw(panels, title, out)}")
+    if sweep:
+        # next to the JSON: NAME.transfers.png (.svg when the main plot is an SVG)
+        side = Path(a.json).with_suffix(".transfers" + (out.suffix or ".png"))
+        print(f"wrote {draw(sweep, title, side)}")
     return 0
 
 

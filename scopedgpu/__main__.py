@@ -1,12 +1,17 @@
 """`scopedgpu {info,demo,bench}`, also `python -m scopedgpu ...`.
 
 Without a Vulkan device (or without the loader) each command prints one line saying what
-is missing and exits with status 1; no traceback."""
+is missing and exits with status 1; no traceback. `bench` runs the benchmark package
+`bench` of a source checkout or sdist (it is not part of the wheel)."""
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import os
 import sys
 import time
+from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 
@@ -116,7 +121,65 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+BENCH_HELP = "measure the performance figures next to a plain-C Vulkan yardstick"
+BENCH_MISSING = """\
+{prog} bench: the benchmark suite ships with scopedgpu's source (a git checkout or the
+sdist), not with the installed package. Get the source of this version and run, from its
+top directory (after `python build_ffi.py`, or with scopedgpu installed):
+    python -m bench --quick        (or: python -m scopedgpu bench --quick)
+`python -m bench --help` lists the options."""
+
+
+def _bench_dirs() -> list[Path]:
+    """Where a source tree's `bench` package may be: the tree this scopedgpu was imported
+    from, the working directory, and the import path (which holds the working directory
+    under `python -m`)."""
+    here = Path(__file__).resolve().parent.parent
+    roots = [here, Path.cwd(), *(Path(p or os.curdir) for p in sys.path)]
+    found: list[Path] = []
+    for root in roots:
+        d = (root / "bench").resolve()
+        if d not in found and (d / "__init__.py").is_file() and (d / "yardstick.c").is_file():
+            found.append(d)
+    return found
+
+
+def _load_bench() -> ModuleType | None:
+    """The source tree's `bench` package, imported under that name, or None."""
+    loaded = sys.modules.get("bench")
+    dirs = _bench_dirs()
+    if loaded is not None and getattr(loaded, "__file__", None):
+        if Path(loaded.__file__ or "").resolve().parent in dirs:
+            return loaded
+    for d in dirs:
+        spec = importlib.util.spec_from_file_location(
+            "bench", d / "__init__.py", submodule_search_locations=[str(d)])
+        if spec is None or spec.loader is None:
+            continue
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules["bench"] = mod
+        try:
+            spec.loader.exec_module(mod)
+        except Exception:
+            sys.modules.pop("bench", None)
+            raise
+        return mod
+    return None
+
+
+def cmd_bench(argv: list[str], prog: str) -> int:
+    """Hands argv to the source tree's bench (`python -m bench`), or says where it is."""
+    bench = _load_bench()
+    if bench is None:
+        print(BENCH_MISSING.format(prog=prog), file=sys.stderr)
+        return 2
+    return int(bench.main(argv, prog=f"{prog} bench"))
+
+
 def main(argv: list[str] | None = None, prog: str = "python -m scopedgpu") -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["bench"]:
+        return cmd_bench(argv[1:], prog)
     parser = argparse.ArgumentParser(prog=prog,
                                      description="scopedgpu: GPU compute on any Vulkan device")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -127,8 +190,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m scopedgpu") -> in
     p.add_argument("--device", default=None, help="index or name substring")
     p.add_argument("--batch", type=int, default=256)
     p.set_defaults(func=cmd_demo)
-    from scopedgpu import bench
-    bench.add_parser(sub)
+    # `bench` is handled above; this entry is for the command list of --help.
+    sub.add_parser("bench", help=BENCH_HELP + " (from a source checkout)", add_help=False)
     args = parser.parse_args(argv)
     if getattr(args, "device", None) is not None and str(args.device).isdigit():
         args.device = int(args.device)

@@ -1,5 +1,7 @@
-"""Smoke test of `python -m scopedgpu bench --quick`: it runs to the end and its JSON holds
-every figure with numbers. No timing is asserted (CI machines are noisy)."""
+"""Smoke test of the benchmark suite (`python -m scopedgpu bench --quick`, which runs the
+source tree's `bench` package): it runs to the end and its JSON holds every figure with
+numbers, the per-size round trips from 4 KiB with the C yardstick's best path, and the
+streamed saxpy. No timing is asserted (CI machines are noisy)."""
 from __future__ import annotations
 
 import json
@@ -7,44 +9,129 @@ import math
 import os
 import subprocess
 import sys
+from pathlib import Path
 
-from scopedgpu.bench import FIGURES
+import numpy as np
+import pytest
+
+import bench
+from bench import report, suite, yardstick
+from bench.common import size_name
+
+ROOT = Path(__file__).resolve().parent.parent
+SWEEP = [size_name(4096 << i) for i in range(11)] + ["16MiB"]   # 4KiB ... 4MiB, 16MiB
+C_PATHS = {"staging", "rebar", "import", "import_each"}
 
 
-def test_bench_quick_writes_every_figure(tmp_path):
-    out = tmp_path / "bench.json"
+def number(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench") / "bench.json"
     env = dict(os.environ)
     env.pop("SCOPEDGPU_DEBUG", None)   # validation would measure the layer, not scopedgpu
     res = subprocess.run([sys.executable, "-m", "scopedgpu", "bench", "--quick", "--no-cupy",
-                          "--json", str(out)], capture_output=True, text=True, timeout=600,
-                         env=env)
+                          "--json", str(out), "--plot"], capture_output=True, text=True,
+                         timeout=600, env=env, cwd=ROOT)
     assert res.returncode == 0, res.stderr[-3000:] + res.stdout[-3000:]
-    data = json.loads(out.read_text())
+    return res, json.loads(out.read_text()), out
+
+
+def test_bench_quick_writes_every_figure(quick_run):
+    res, data, _ = quick_run
     assert data["errors"] == {}
-    for key, *_ in FIGURES:
-        fig = data["figures"][key]
-        assert isinstance(fig["value"], (int, float)) and math.isfinite(fig["value"]), key
-        if "compiler" not in data["meta"]["c_yardstick"] and key not in ("live_delta",):
-            assert isinstance(fig["yardstick"], (int, float)), key
-            assert fig["ratio"] is not None, key
+    assert "compiler" not in data["meta"]["c_yardstick"], "the C yardstick did not build"
+    for fig in report.FIGURES:
+        f = data["figures"][fig.key]
+        assert number(f["value"]), fig.key
+        if fig.key != "live_delta":
+            assert number(f["yardstick"]), fig.key
+            assert number(f["ratio"]), fig.key
     for row in data["sweeps"]["saxpy"]:
         assert row["scopedgpu_gbps"] > 0
     for row in data["sweeps"]["transfer"]:
         assert row["upload_gbps"] > 0 and row["download_gbps"] > 0 and row["roundtrip_ok"]
     assert "figure" in res.stdout   # the table is printed
+    assert "numpy -> device -> numpy, 4KiB" in res.stdout
+
+
+def test_bench_quick_sweeps_every_transfer_size_against_the_best_c_path(quick_run):
+    _, data, _ = quick_run
+    keys = [k for k in data["figures"] if k.startswith("transfer_")]
+    assert keys == [f"transfer_{n}" for n in SWEEP]   # --quick stops at 16 MiB
+    for name in SWEEP:
+        f = data["figures"][f"transfer_{name}"]
+        assert number(f["value"]) and f["value"] > 0, name
+        assert number(f["yardstick"]) and f["yardstick"] > 0, name
+        assert f["ratio"] == pytest.approx(f["value"] / f["yardstick"]), name
+        assert f["data_ok"] is True, name
+        assert f["c_path"] in C_PATHS, name
+        # the best path is the fastest of those that ran
+        ran = {k: v for k, v in f["c_paths"].items() if number(v)}
+        assert f["yardstick"] == pytest.approx(max(ran.values()), rel=1e-3), name
+    rows = data["sweeps"]["transfer_sizes"]
+    assert [r["bytes"] for r in rows] == [4096 << i for i in range(11)] + [16 << 20]
+    assert all(r["ok"] and r["scopedgpu_gbps"] > 0 and r["c_best_gbps"] > 0 for r in rows)
+    # staging is always there; lavapipe has a host-visible device-local type and
+    # VK_EXT_external_memory_host, so every path runs here
+    assert all(number(r["c_staging_gbps"]) for r in rows)
+
+
+def test_bench_quick_streams_saxpy_against_concurrent_dma(quick_run):
+    _, data, _ = quick_run
+    f = data["figures"]["stream_saxpy"]
+    assert f["data_ok"] is True
+    assert f["bytes"] == 64 << 20 and 0 < f["chunk_bytes"] < f["bytes"]
+    assert number(f["value"]) and number(f["yardstick"]) and number(f["ratio"])
+    assert number(f["c_h2d_gbps"]) and number(f["c_d2h_gbps"])
+    assert f["c_error"] is None and f["c_queues"]
+
+
+def test_bench_quick_plots_the_sweep_next_to_the_json(quick_run):
+    _, _, out = quick_run
+    side = [p for p in out.parent.iterdir() if p.name.startswith("bench.transfers.")]
+    assert len(side) == 1 and side[0].stat().st_size > 500
+
+
+def test_python_m_bench_help_from_the_checkout():
+    res = subprocess.run([sys.executable, "-m", "bench", "--help"], capture_output=True,
+                         text=True, timeout=120, cwd=ROOT)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith("usage: python -m bench")
+    assert "--stream-gib" in res.stdout and "plain-C Vulkan yardstick" in res.stdout
+
+
+def test_scopedgpu_stream_matches_numpy(sg_manager):
+    from bench.common import builtin_shader
+    from bench.stream import scopedgpu_stream
+    rng = np.random.default_rng(3)
+    spirv = builtin_shader("saxpy").read_bytes()
+    for n, chunk in ((10_000, 4096 * 4), (4097, 1 << 20), (3, 16)):
+        x = rng.standard_normal(n, dtype=np.float32)
+        y = rng.standard_normal(n, dtype=np.float32)
+        out = scopedgpu_stream(sg_manager, x, y, 1.5, chunk, spirv=spirv)
+        np.testing.assert_allclose(out, np.float32(1.5) * x + y, rtol=1e-6, atol=1e-6)
 
 
 def test_bench_without_a_c_compiler_reports_no_ratio(monkeypatch):
-    from scopedgpu import bench
-    monkeypatch.setattr(bench, "_find_cc", lambda: None)
-    exe, note = bench.build_yardstick(lambda msg: None)
+    monkeypatch.setattr(yardstick, "find_cc", lambda: None)
+    exe, note = yardstick.build_yardstick(lambda msg: None)
     assert exe is None and "no C compiler" in note
-    y = bench.Yardstick(exe, note, bench.Path("saxpy.spv"), 0, lambda msg: None)
+    y = yardstick.Yardstick(exe, note, Path("saxpy.spv"), 0, lambda msg: None)
     assert y.run("latency", 10) == []
     results = {"figures": {}, "errors": {}, "notes": {}, "meta": {"c_yardstick": note}}
-    b = bench.Bench.__new__(bench.Bench)
+    b = suite.Bench.__new__(suite.Bench)
     b.results = results
     b.fig("latency", 12.0, None, "C", "scopedgpu / C", None)
+    b.fig(report.transfer_figure("4KiB"), 0.5, None, "C best path", "scopedgpu / C", None,
+          bytes=4096)
     assert results["figures"]["latency"]["ratio"] is None
-    text = bench.table(results)
-    assert "no C compiler" in text and "12.0" in text
+    assert results["figures"]["transfer_4KiB"]["ratio"] is None
+    text = report.table(results)
+    assert "no C compiler" in text and "12.0" in text and "4KiB" in text
+
+
+def test_the_package_is_the_one_of_this_checkout():
+    assert Path(bench.__file__).resolve().parent == ROOT / "bench"

@@ -5,14 +5,17 @@ import os
 import subprocess
 import sys
 
+from scopedgpu import __main__ as sg_main
+
 LVP = "/usr/share/vulkan/icd.d/lvp_icd.x86_64.json"
 
 
-def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def run(*args: str, env: dict[str, str] | None = None,
+        cwd: str | None = None) -> subprocess.CompletedProcess:
     full = dict(os.environ)
     full.update(env or {})
     return subprocess.run([sys.executable, "-m", "scopedgpu", *args], capture_output=True,
-                          text=True, env=full, timeout=300)
+                          text=True, env=full, timeout=300, cwd=cwd)
 
 
 def test_info_reports_everything_found():
@@ -80,6 +83,26 @@ def test_bench_help_stands_on_its_own():
     assert res.returncode == 0
     assert "SPEC" not in res.stdout
     assert "plain-C Vulkan yardstick" in res.stdout
+    assert res.stdout.startswith("usage: python -m scopedgpu bench")
+
+
+def test_bench_is_found_next_to_the_package_from_any_directory(tmp_path):
+    # Not on the path through the working directory: found beside the imported package.
+    root = os.path.dirname(os.path.dirname(os.path.abspath(sg_main.__file__)))
+    res = run("bench", "--help", env={"PYTHONPATH": root}, cwd=str(tmp_path))
+    assert res.returncode == 0, res.stderr
+    assert "plain-C Vulkan yardstick" in res.stdout
+
+
+def test_bench_without_the_source_tree_says_where_it_is(monkeypatch, capsys):
+    # What an installed wheel does: no `bench` package beside it, none on the path.
+    monkeypatch.setattr(sg_main, "_bench_dirs", lambda: [])
+    monkeypatch.delitem(sys.modules, "bench", raising=False)
+    assert sg_main.main(["bench", "--quick"], prog="scopedgpu") == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert "ships with scopedgpu's source" in err and "python -m bench" in err
+    assert "scopedgpu bench:" in err
 
 
 def test_console_command_names_itself():

@@ -110,9 +110,12 @@ def test_the_sdist_carries_what_a_build_needs(tmp_path):
     needed = {"build_ffi.py", "setup.py", "pyproject.toml", "LICENSE", "csrc/sg.h",
               "csrc/sg_internal.h", "csrc/vendor/LICENSE", "csrc/vendor/vulkan/vulkan.h",
               "csrc/vendor/vulkan/vulkan_core.h", "csrc/vendor/vulkan/vk_platform.h",
-              "scopedgpu/py.typed", "scopedgpu/yardstick.c",
-              "scopedgpu/shaders/manifest.json"}
+              "scopedgpu/py.typed", "scopedgpu/shaders/manifest.json"}
     needed |= {f"csrc/{p.name}" for p in (ROOT / "csrc").glob("*.c")}
+    # the benchmarks ship with the source (python -m bench from the unpacked sdist)
+    needed |= {f"bench/{p.relative_to(ROOT / 'bench')}" for p in (ROOT / "bench").rglob("*")
+               if p.suffix in (".py", ".c", ".comp", ".spv", ".txt")}
+    assert "bench/yardstick.c" in needed and "bench/__main__.py" in needed
     for src in (ROOT / "shaders").glob("*.comp"):
         needed |= {f"shaders/{src.name}", f"scopedgpu/shaders/{src.stem}.spv"}
     assert needed - names == set()

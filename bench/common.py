@@ -1,0 +1,95 @@
+"""Small helpers shared by the bench's modules: units, progress lines, RSS, the built-in
+shaders' SPIR-V files, and CuPy where it imports."""
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import tempfile
+import time
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+KiB = 1 << 10
+MiB = 1 << 20
+GiB = 1 << 30
+
+
+def pow2_floor(n: int) -> int:
+    return 1 << (max(1, int(n)).bit_length() - 1)
+
+
+def size_name(b: int) -> str:
+    """4096 -> '4KiB', 16 MiB -> '16MiB' (the names of the transfer figures)."""
+    for unit, scale in (("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
+        if b >= scale and b % scale == 0:
+            return f"{b // scale}{unit}"
+    return f"{b}B"
+
+
+def rss_bytes() -> int:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        import resource
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def mem_available() -> int | None:
+    """MemAvailable of /proc/meminfo in bytes (None where there is no such file)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+class Progress:
+    def __init__(self, quiet: bool = False):
+        self.t0 = time.perf_counter()
+        self.quiet = quiet
+        self.last = 0.0
+
+    def say(self, msg: str) -> None:
+        if not self.quiet:
+            print(f"[bench {time.perf_counter() - self.t0:6.1f}s] {msg}", file=sys.stderr,
+                  flush=True)
+
+    def tick(self, msg: str, every: float = 5.0) -> None:
+        """Says msg if nothing was said for `every` seconds (progress of long loops)."""
+        now = time.perf_counter()
+        if now - self.last >= every:
+            self.last = now
+            self.say(msg)
+
+
+def builtin_shader(name: str) -> Path:
+    """The file of scopedgpu's built-in shader `name` (shipped as package data,
+    scopedgpu/shaders/NAME.spv), as a path the C yardstick can open. A package that is not
+    on the file system (a zip) has its bytes copied to a temporary file."""
+    res = files("scopedgpu") / "shaders" / f"{name}.spv"
+    if not res.is_file():
+        raise FileNotFoundError(f"scopedgpu's built-in shader {name}.spv is missing: build "
+                                "the package with `python build_ffi.py` (needs glslc)")
+    if isinstance(res, Path):
+        return res
+    out = Path(tempfile.gettempdir()) / f"scopedgpu-bench-{os.getuid()}" / f"{name}.spv"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(res.read_bytes())
+    return out
+
+
+def load_cupy() -> Any | None:
+    """CuPy's module where it imports and sees a CUDA device, else None. Imported by name
+    so that type checkers need no CuPy stubs: the bench treats it as Any."""
+    try:
+        cp: Any = importlib.import_module("cupy")
+        cp.cuda.runtime.getDeviceCount()
+        return cp
+    except Exception:
+        return None

@@ -1,0 +1,137 @@
+"""The figures' names, units and goals, and the result table (plain text and Markdown)."""
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+SAXPY_K = 10            # dependent dispatches per submission in the saxpy loops
+SPEC_LATENCY_RATIO = 1.3
+SPEC_SAXPY_RATIO = 0.95
+SPEC_TRANSFER_RATIO = 0.80
+SPEC_STREAM_RATIO = 0.80
+SPEC_SEQ_CHURN = 20_000
+SPEC_POOL_CHURN = 200_000
+SPEC_RSS_MIB = 16
+
+
+class Figure(NamedTuple):
+    key: str
+    label: str
+    unit: str
+    goal: str
+
+
+FIGURES = [
+    Figure("latency", "re-eval latency, 1 dispatch, 64 floats (median)", "us",
+           f"<= {SPEC_LATENCY_RATIO}x C poll loop"),
+    Figure("saxpy", "saxpy float32, data resident", "GB/s", f">= {SPEC_SAXPY_RATIO:.0%} of C"),
+    Figure("upload", "numpy (host copy) -> device", "GB/s",
+           f">= {SPEC_TRANSFER_RATIO:.0%} of C DMA"),
+    Figure("download", "device -> numpy (host copy)", "GB/s",
+           f">= {SPEC_TRANSFER_RATIO:.0%} of C DMA"),
+    Figure("stream_saxpy", "numpy -> saxpy -> numpy, streamed in chunks", "GB/s",
+           f">= {SPEC_STREAM_RATIO:.0%} of C concurrent DMA"),
+    Figure("seq_churn", "anonymous sequences create/record/eval/destroy", "1/s",
+           f">= {SPEC_SEQ_CHURN:,}/s"),
+    Figure("tensor_churn", "tensors alloc+free, with many live", "1/s",
+           f">= {SPEC_POOL_CHURN:,}/s"),
+    Figure("rss_growth", "RSS growth over the long churn", "MiB", f"<= {SPEC_RSS_MIB} MiB"),
+    Figure("live_delta", "live Vulkan objects after the long churn - before", "objects", "0"),
+]
+FIXED = {f.key: f for f in FIGURES}
+TRANSFER_PREFIX = "transfer_"   # transfer_4KiB ... transfer_256MiB: one figure per size
+
+
+def transfer_figure(name: str) -> Figure:
+    return Figure(TRANSFER_PREFIX + name, f"numpy -> device -> numpy, {name}", "GB/s",
+                  f">= {SPEC_TRANSFER_RATIO:.0%} of C best path")
+
+
+def figure_keys(results: dict[str, Any]) -> list[str]:
+    """Fixed figures in their order, the per-size transfer figures after `download`."""
+    sweep = [k for k in results.get("figures", {}) if k.startswith(TRANSFER_PREFIX)]
+    sweep.sort(key=lambda k: results["figures"][k].get("bytes") or 0)
+    keys: list[str] = []
+    for f in FIGURES:
+        keys.append(f.key)
+        if f.key == "download":
+            keys += sweep
+    return keys
+
+
+def num(v: Any, unit: str = "") -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if unit == "1/s":
+        return f"{v:,.0f}"
+    if abs(v) >= 100:
+        return f"{v:,.0f}"
+    if abs(v) >= 10:
+        return f"{v:.1f}"
+    if abs(v) >= 0.1 or v == 0:
+        return f"{v:.2f}"
+    return f"{v:.3g}"
+
+
+def _rows(results: dict[str, Any]) -> list[tuple[str, ...]]:
+    rows: list[tuple[str, ...]] = []
+    for key in figure_keys(results):
+        f = results["figures"].get(key)
+        if f is None:
+            d = FIXED[key]
+            state = "error" if results.get("errors") else "-"
+            rows.append((d.label, d.unit, state, "-", "-", d.goal, "-", "-", "-"))
+            continue
+        met = f["goal_met"]
+        rows.append((f["label"], f["unit"], num(f["value"], f["unit"]),
+                     num(f["yardstick"], f["unit"]),
+                     "-" if f["ratio"] is None else f"{f['ratio']:.2f}", f["goal"],
+                     "-" if met is None else ("yes" if met else "NO"),
+                     num(f.get("cupy"), f["unit"]), f.get("c_path") or ""))
+    return rows
+
+
+HEAD = ("figure", "unit", "scopedgpu", "yardstick", "ratio", "goal", "met", "CuPy", "C path")
+
+
+def table(results: dict[str, Any]) -> str:
+    rows = [HEAD, *_rows(results)]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(HEAD))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    meta = results.get("meta", {})
+    head = (f"scopedgpu bench on {meta.get('device')}{' (--quick)' if meta.get('quick') else ''}"
+            f"\nyardstick: {meta.get('c_yardstick')}; CuPy: {meta.get('cupy') or 'not available'}")
+    tail = []
+    sax = results["figures"].get("saxpy") or {}
+    if sax.get("roof_fraction"):
+        tail.append(f"saxpy: {sax['roof_fraction']:.0%} of the copy roof "
+                    f"({num(sax['copy_roof_gbps'])} GB/s, a C copy kernel with the same "
+                    "access pattern)")
+    st = results["figures"].get("stream_saxpy") or {}
+    if st.get("c_queues"):
+        tail.append(f"stream: C concurrent DMA on {st['c_queues']}; H2D alone "
+                    f"{num(st.get('c_h2d_gbps'))} GB/s, D2H alone {num(st.get('c_d2h_gbps'))} GB/s")
+    for note in results.get("details", {}).get("transfer_sweep_notes", []):
+        tail.append(f"transfer sweep: {note}")
+    if meta.get("device_type") == "cpu":
+        tail.append("CPU device: absolute goals (per-second figures) are llvmpipe-bound; "
+                    "the ratios are the goal here.")
+    for k, v in results.get("errors", {}).items():
+        tail.append(f"error in {k}: {v}")
+    for k, v in results.get("notes", {}).items():
+        tail.append(f"note, {k}: {v}")
+    return "\n".join([head, *lines, *tail])
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """The table as Markdown, for docs/benchmarks.md."""
+    meta = results.get("meta", {})
+    out = [f"Device: {meta.get('device')}; {meta.get('cpus')} CPUs, Python "
+           f"{meta.get('python')}, numpy {meta.get('numpy')}; C yardstick: "
+           f"{'yes' if meta.get('c_device_name') else 'no'}; CuPy: {meta.get('cupy') or 'no'}; "
+           f"{meta.get('time_utc')}; command: `{meta.get('command')}`", "",
+           "| " + " | ".join(HEAD) + " |", "|" + "---|" * len(HEAD)]
+    out += ["| " + " | ".join(r) + " |" for r in _rows(results)]
+    return "\n".join(out)
