@@ -104,14 +104,12 @@ def test_python_m_bench_help_from_the_checkout():
 
 
 def test_scopedgpu_stream_matches_numpy(sg_manager):
-    from bench.common import builtin_shader
     from bench.stream import scopedgpu_stream
     rng = np.random.default_rng(3)
-    spirv = builtin_shader("saxpy").read_bytes()
     for n, chunk in ((10_000, 4096 * 4), (4097, 1 << 20), (3, 16)):
         x = rng.standard_normal(n, dtype=np.float32)
         y = rng.standard_normal(n, dtype=np.float32)
-        out = scopedgpu_stream(sg_manager, x, y, 1.5, chunk, spirv=spirv)
+        out = scopedgpu_stream(sg_manager, x, y, 1.5, chunk)
         np.testing.assert_allclose(out, np.float32(1.5) * x + y, rtol=1e-6, atol=1e-6)
 
 
