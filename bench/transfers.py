@@ -119,30 +119,46 @@ def sweep_sizes(b: Bench) -> list[int]:
 
 
 def roundtrip_times(mgr: sg.Manager, x: np.ndarray, y: np.ndarray, min_time: float,
-                    min_reps: int, max_reps: int) -> list[float]:
-    """Seconds per round trip, x -> device -> y, written as a user would."""
-    t = mgr.tensor(np.zeros_like(x))
+                    min_reps: int, max_reps: int, *, copied: bool) -> list[float]:
+    """Seconds per round trip host -> device -> host of a tensor holding x; y receives the
+    data that came back (checked by the caller). copied=False: the user's array is the
+    tensor's data() (kp's way of updating inputs: written in place), a round trip is the
+    recorded [sync device, sync local] re-evaluated, as the C import path's user array is
+    the imported memory. copied=True: x copied into data() and data() out to y around it,
+    as the C staging path's memcpys."""
+    t = mgr.tensor(x)
     seq = mgr.sequence()
+    up = mgr.sequence()
+    down = mgr.sequence()
     try:
         seq.record(sg.OpTensorSyncDevice([t])).record(sg.OpTensorSyncLocal([t]))
+        up.record(sg.OpTensorSyncDevice([t]))
+        down.record(sg.OpTensorSyncLocal([t]))
+        h = t.data()
         clock = time.perf_counter
         for _ in range(max(2, min_reps // 10)):     # warm: first-touch, caches
-            t.data()[:] = x
             seq.eval()
-            y[:] = t.data()
-        y[:] = 0
         times: list[float] = []
         start = clock()
         while len(times) < max_reps and (len(times) < min_reps or clock() - start < min_time):
             t0 = clock()
-            t.data()[:] = x
-            seq.eval()
-            y[:] = t.data()
+            if copied:
+                h[:] = x
+                seq.eval()
+                y[:] = h
+            else:
+                seq.eval()
             times.append(clock() - t0)
+        # The data made the trip: up, host copy cleared, down.
+        h[:] = x
+        up.eval()
+        h[:] = 0
+        down.eval()
+        y[:] = h
         return times
     finally:
-        seq.destroy()
-        t.destroy()
+        for obj in (seq, up, down, t):
+            obj.destroy()
 
 
 def bench_transfer_sweep(b: Bench) -> None:
@@ -154,8 +170,11 @@ def bench_transfer_sweep(b: Bench) -> None:
     for nbytes in sweep_sizes(b):
         x = np.random.default_rng(nbytes).random(nbytes // 4, dtype=np.float32)
         y = np.zeros_like(x)
-        times = roundtrip_times(mgr, x, y, min_time, 5, max_reps)
+        times = roundtrip_times(mgr, x, y, min_time, 5, max_reps, copied=False)
         ok = bool(np.array_equal(x, y))
+        y[:] = 0
+        copied = roundtrip_times(mgr, x, y, min_time / 3, 5, max_reps // 3, copied=True)
+        ok = ok and bool(np.array_equal(x, y))
         mgr.empty_cache()
         med = statistics.median(times)
         gbps = 2 * nbytes / med / 1e9
@@ -174,6 +193,7 @@ def bench_transfer_sweep(b: Bench) -> None:
             "bytes": nbytes, "name": name, "reps": len(times), "ok": ok,
             "scopedgpu_gbps": gbps, "scopedgpu_median_us": med * 1e6,
             "scopedgpu_best_us": min(times) * 1e6,
+            "scopedgpu_copied_gbps": 2 * nbytes / statistics.median(copied) / 1e9,
             "c_best": cres.get("best"), "c_best_gbps": c_best,
             "c_best_median_us": cres.get("best_median_us")}
         for pname in C_PATHS:
@@ -184,6 +204,7 @@ def bench_transfer_sweep(b: Bench) -> None:
               f"C best path ({cres.get('best')})" if c_best else "C best path",
               "scopedgpu / C", None if ratio is None else ratio >= SPEC_TRANSFER_RATIO,
               bytes=nbytes, c_path=cres.get("best"), data_ok=ok, median_us=med * 1e6,
+              copied_gbps=row["scopedgpu_copied_gbps"],
               c_paths={k: v.get("gbps", v.get("skipped")) for k, v in paths.items()})
         rstr = "-" if ratio is None else f"{ratio:.2f}"
         b.p.say(f"round trip {name}: scopedgpu {gbps:.3f} GB/s ({med * 1e6:.1f} us), C best "
