@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import ctypes
 import logging
 import os
 import threading
@@ -323,6 +324,16 @@ def abandon(state: Engine, still: list[str], why: str) -> None:
         group.clear()
     state.named.clear()
     ABANDONED.append(state)
+    # Host memory the GPU may still use and numpy owns (host blocks of imported memory,
+    # imported host copies of tensors): made immortal, or numpy would free it with its last
+    # reference, at the latest when the interpreter exits, under the running GPU.
+    keep: list[Any] = []
+    if state.pool is not None:
+        keep += state.pool.host_memory()
+    keep += [getattr(h, "host", None) for h in state.handles.values()]
+    for arr in keep:
+        if arr is not None:
+            ctypes.pythonapi.Py_IncRef(ctypes.py_object(arr))
     log.warning(
         "closing the manager on %s: %d submission(s) still running %s: %s. Its device, "
         "memory and Vulkan objects stay allocated until the process exits, because the "

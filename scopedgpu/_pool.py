@@ -40,7 +40,10 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import os
 from typing import TYPE_CHECKING, Callable
+
+import numpy as np
 
 from scopedgpu import _vk
 from scopedgpu._errors import DeviceError, OutOfMemoryError
@@ -91,7 +94,7 @@ def memory_type_candidates(info: DeviceInfo, kind: str) -> list[int]:
 
 class Block:
     __slots__ = ("id", "handle", "ptr", "size", "mem_type", "heap", "sub", "nallocs",
-                 "free_start", "free_end")
+                 "free_start", "free_end", "owner")
 
     def __init__(self, bid: int, handle, ptr: int, size: int, mem_type: int, sub: SubPool,
                  heap: int = -1):
@@ -107,6 +110,9 @@ class Block:
         self.nallocs = 0
         self.free_start: dict[int, int] = {0: size}   # offset -> size
         self.free_end: dict[int, int] = {size: 0}     # end -> offset
+        # Host blocks made of imported numpy memory: that array (views of it outlive the
+        # block: numpy frees the memory with the last one). None for driver memory.
+        self.owner: np.ndarray | None = None
 
 
 class Allocation:
@@ -257,7 +263,7 @@ class Pool:
                  "_types", "align", "allocated", "block_cap", "cache_bound", "empty",
                  "empty_bytes", "heap_reserved", "heap_size", "import_align", "imported",
                  "imports", "info", "max_imports", "max_request", "memory_limit", "nallocs",
-                 "peak_allocated", "reserved", "size_ok")
+                 "peak_allocated", "reserved", "size_ok", "host_blocks_imported")
 
     def __init__(self, device_handle, info: DeviceInfo, memory_limit: int | None,
                  on_oom: Callable[[], None] | None = None):
@@ -327,6 +333,9 @@ class Pool:
         self.max_imports = min(1024, int(info.max_memory_allocation_count or 4096) // 4)
         self.imports: dict[int, Block] = {}
         self.imported = 0
+        # Host blocks from imported numpy memory where the device can import (see
+        # _import_block); SCOPEDGPU_HOST_BLOCKS=driver keeps driver-allocated ones.
+        self.host_blocks_imported = os.environ.get("SCOPEDGPU_HOST_BLOCKS", "") != "driver"
 
     def _heap_of(self, mem_type: int) -> tuple[int, int]:
         """(heap index, heap size) of a memory type."""
@@ -365,6 +374,11 @@ class Pool:
             return
         raise OutOfMemoryError(f"{what} is larger than {limit}",
                                result="VK_ERROR_OUT_OF_DEVICE_MEMORY", call="vkAllocateMemory")
+
+    def host_memory(self) -> list[np.ndarray]:
+        """The numpy arrays that host blocks are made of (see _import_block)."""
+        return [b.owner for sub in self._subs.values() for b in sub.blocks.values()
+                if b.owner is not None]
 
     def host_types(self) -> list[int]:
         """The memory types host ranges come from, best first (imports try them first)."""
@@ -572,7 +586,37 @@ class Pool:
                 return blk
         return None
 
+    def _import_block(self, sub: SubPool, size: int) -> Block | None:
+        """A host block over numpy memory imported into the device (None when the device
+        refuses): tensors' host data can then be the staging range itself, as a numpy
+        view that stays valid after the block, the tensor and the manager are gone."""
+        align = self.import_align
+        size = -(-size // align) * align
+        owner = np.empty(size + align, dtype=np.uint8)
+        off = (-owner.ctypes.data) % align
+        owner = owner[off:off + size]
+        address = owner.ctypes.data
+        bits = _vk.host_pointer_types(self._dev, address)
+        if not bits:
+            return None
+        out = _vk.out("block")
+        for mem_type in [t for t in self._types["host"] if bits >> t & 1]:
+            heap, heap_size = self._heap_of(mem_type)
+            if self.heap_reserved[heap] + size > heap_size:
+                continue
+            if _vk.block_import(self._dev, address, size, mem_type, out) == 0:
+                self.reserved += size
+                self.heap_reserved[heap] += size
+                blk = Block(next(self._ids), _vk.take(out), address, size, mem_type, sub, heap)
+                blk.owner = owner
+                return blk
+        return None
+
     def _create_block(self, sub: SubPool, size: int) -> Block | None:
+        if sub.kind == "host" and self.import_align and self.host_blocks_imported:
+            blk = self._import_block(sub, size)
+            if blk is not None:
+                return blk
         out = _vk.out("block")
         for mem_type in self._types[sub.kind]:
             heap, heap_size = self._heap_of(mem_type)

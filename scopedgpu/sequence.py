@@ -101,10 +101,15 @@ def _leave(state: Engine, handle: _SeqHandle, token: object) -> None:
     """A thread's fence wait ended: the last waiter frees a handle destroyed meanwhile.
     Idempotent."""
     with state.lock:
-        if token in handle.waiters:
-            handle.waiters.discard(token)
-            if not handle.waiters and handle in state.doomed:
-                handle.destroy_now(state, False)
+        _leave_locked(state, handle, token)
+
+
+def _leave_locked(state: Engine, handle: _SeqHandle, token: object) -> None:
+    """_leave, the lock held."""
+    if token in handle.waiters:
+        handle.waiters.discard(token)
+        if not handle.waiters and handle in state.doomed:
+            handle.destroy_now(state, False)
 
 
 class Sequence(Child):
@@ -388,18 +393,26 @@ class Sequence(Child):
         handle: _SeqHandle = self._handle  # type: ignore[assignment]
         token = object()
         try:
-            try:
+            with state.lock:
+                h = handle.seq
+                if not self._running or h is None:
+                    return True  # completed, or destroyed/closed meanwhile
+                gen = self._gen
+                handle.waiters.add(token)
+            rc = fence_wait(state, h, timeout)   # GIL and lock released
+            if rc == 0:
+                # The common case in one lock section (re-evaluation latency): leave, then
+                # complete. Cut short, the finally leaves and the sequence stays running
+                # until the next wait or collect completes it.
                 with state.lock:
-                    h = handle.seq
-                    if not self._running or h is None:
-                        return True  # completed, or destroyed/closed meanwhile
-                    gen = self._gen
-                    handle.waiters.add(token)
-                rc = fence_wait(state, h, timeout)   # GIL and lock released
-            finally:
-                _leave(state, handle, token)
+                    _leave_locked(state, handle, token)
+                    if self._gen == gen:   # not submitted again by another thread meanwhile
+                        self._finish()
+                    if state.debug:
+                        state.check_validation(f"waiting for {self!r}")
+                return True
         finally:
-            if token in handle.waiters:   # the cleanup above was interrupted
+            if token in handle.waiters:   # not left above (a failed wait, or Ctrl-C)
                 _leave(state, handle, token)
         if rc == _SG_TIMEOUT:
             if state.abandoned:

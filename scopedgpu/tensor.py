@@ -1,6 +1,7 @@
 """Tensors: ranges of the manager's memory pool, with a host copy in a numpy array."""
 from __future__ import annotations
 
+import ctypes
 import weakref
 from typing import Any, TypeVar
 
@@ -40,16 +41,30 @@ def dtype_feature(dtype: np.dtype) -> str | None:
     return _DTYPE_FEATURE[dt]
 
 
+def _free_unviewed(engine: weakref.ref[Engine], stage: Allocation) -> None:
+    """A staging range that was a destroyed tensor's data(): back to the pool once the last
+    numpy view of it is gone (while views live, the range holds their data)."""
+    st = engine()
+    if st is None or st.closed:
+        return   # the pool went whole; numpy frees the memory with the views
+    with st.lock:
+        if not st.closed:
+            st.pool.free(stage)
+
+
 class _TensorHandle(Handle):
     """The pool ranges of one tensor: `gpu` (what shaders bind) and `stage` (the
     host-visible staging range of a device tensor, or its imported host copy, in which case
-    `host` keeps that host memory alive until the import is released)."""
-    __slots__ = ("gpu", "stage", "host")
+    `host` keeps that host memory alive until the import is released). `view`: a weak
+    reference to data() when data() is the staging range itself (a host block of imported
+    numpy memory), whose range then waits for the last view."""
+    __slots__ = ("gpu", "stage", "host", "view")
 
     def __init__(self) -> None:
         self.gpu: Allocation | None = None
         self.stage: Allocation | None = None
         self.host: np.ndarray | None = None
+        self.view: weakref.ref[Any] | None = None
 
     def release(self, state: Engine, closing: bool) -> None:
         # Each range is taken (cleared) in the line that frees it: a release that a
@@ -57,6 +72,11 @@ class _TensorHandle(Handle):
         if closing:
             return  # the pool is destroyed whole, imports included
         pool = state.pool
+        v = self.view() if self.view is not None else None
+        if v is not None and self.stage is not None:
+            # A user still holds data(): its range stays theirs until the view goes.
+            stage, self.stage = self.stage, None; weakref.finalize(v, _free_unviewed, weakref.ref(state), stage).atexit = False  # noqa: E501,E702
+        del v
         if self.host is None and self.gpu is not None and self.stage is not None:
             gpu, stage, self.gpu, self.stage = self.gpu, self.stage, None, None; pool.free_pair(gpu, stage)  # noqa: E501,E702
             return
@@ -84,17 +104,21 @@ class Tensor(Child):
     the object becomes unreachable; never while submitted GPU work may still use it.
     The array `data()` returns is ordinary numpy memory and outlives the tensor.
 
-    Large device tensors (4 MiB and up) on devices with VK_EXT_external_memory_host have
-    their host copy imported: OpTensorSyncDevice / OpTensorSyncLocal then copy between
-    data() and device memory by DMA while the sequence runs, not at submit and at
-    completion; so do not write data() between eval_async() and eval_await() of a
-    sequence that syncs the tensor (eval() is unaffected).
+    On devices with VK_EXT_external_memory_host, a device tensor's data() is the memory
+    the device copies from and to (large tensors: their own page-aligned host copy,
+    imported; small ones: a range of a pool block of imported numpy memory, from the first
+    data() call or sync on), as in kp, where data() is the mapped staging buffer:
+    OpTensorSyncDevice / OpTensorSyncLocal then copy between data() and device memory by
+    DMA while the sequence runs, not at submit and at completion; so do not write data()
+    between eval_async() and eval_await() of a sequence that syncs the tensor (eval() is
+    unaffected).
     """
     # Slots are quicker to set than a fresh __dict__ (tensors are made by the 100,000);
     # "__dict__" keeps room for attributes of the user's own.
     __slots__ = ("_shape", "_dtype", "_kind", "_nbytes", "_host", "_gpu", "_stage",
-                 "_zero_copy", "_mapped", "__dict__")
+                 "_zero_copy", "_mapped", "_th", "__dict__")
     _what = "tensor"
+    _th: _TensorHandle
     _gpu: Allocation
     _stage: Allocation | None
     _mapped: Allocation | None
@@ -129,6 +153,7 @@ class Tensor(Child):
                     self._id = next(ids)
                     self._destroyed = False
                     self._handle = handle
+                    self._th = handle
                     ref: weakref.ref[Any] = weakref.ref(self, state.unreachable)
                     self._ref = ref
                     state.handles[ref] = handle
@@ -155,6 +180,7 @@ class Tensor(Child):
                     if handle.stage is None:
                         handle.stage = pool.alloc(self._nbytes, "host")
                 super().__init__(manager, engine, handle)
+                self._th = handle
                 state.tensors.add(self)
                 self._gpu = handle.gpu
                 self._stage = handle.stage
@@ -245,6 +271,9 @@ class Tensor(Child):
         the device with OpTensorSyncDevice; OpTensorSyncLocal refreshes it. The array stays
         valid after the tensor is destroyed, holding the data as of the last sync."""
         self._check()
+        if not self._zero_copy and self._kind == "device":
+            with self._engine.lock:
+                self._adopt_stage()
         if self._host is None:
             raise ScopedGPUError(
                 f"{self!r} has no host memory (kind 'storage'): copy it into a 'device' or "
@@ -286,12 +315,39 @@ class Tensor(Child):
         """What this tensor owns (package-internal: a sequence's in-flight set)."""
         return self._handle
 
+    def _adopt_stage(self) -> None:
+        """Makes the staging range data() itself where it is numpy memory (a host block
+        of imported memory): the sync ops then copy nothing on the host. Only while no
+        sequence runs (a download in flight would land beside the host copy taken over
+        here), and before anyone held data(): data() and the first sync call it. The lock
+        is held."""
+        stage = self._stage
+        if self._zero_copy or stage is None or self._engine.running:
+            return
+        owner = stage.block.owner
+        host = self._host
+        if owner is None or host is None or self._th.view is not None or not self._nbytes:
+            return
+        # One exporter object per tensor under every view of data(): numpy collapses the
+        # bases of slices onto it, so it lives exactly as long as some view does.
+        buf = (ctypes.c_char * self._nbytes).from_buffer(owner, stage.offset)  # type: ignore[arg-type]
+        view = np.frombuffer(buf, dtype=self._dtype).reshape(self._shape)  # type: ignore[call-overload]
+        np.copyto(view, host)
+        self._th.view = weakref.ref(buf)
+        self._host = view
+        self._zero_copy = True
+
     def write_mapped(self) -> None:
         """Copies the host data into the host-visible range the device reads (before a
         submission that syncs it; nothing to do when that range is data() itself;
         package-internal)."""
         if self._zero_copy:
             return
+        if self._kind == "device" and self._stage is not None and \
+                self._stage.block.owner is not None and self._th.view is None:
+            self._adopt_stage()
+            if self._zero_copy:
+                return
         host = self._host
         assert host is not None and self._mapped is not None
         host_to_mapped(self._mapped.address, host, self._nbytes)
@@ -319,6 +375,8 @@ class Tensor(Child):
             if self._destroyed:
                 return
             self._destroyed = True
+            if self._th.view is not None:
+                self._host = None   # data() is a range of the pool: the user's views keep it
             ref = self._ref
             handle = None
             # Ctrl-C anywhere below: a handle unregistered and not yet released is
