@@ -36,6 +36,7 @@ import numpy as np
 
 from scopedgpu import _vk
 from scopedgpu.ops import OpAlgoDispatch, OpMemoryBarrier
+from scopedgpu.tensor import Tensor
 
 log = logging.getLogger("scopedgpu")
 
@@ -121,7 +122,10 @@ class Streamer:
                 raise ValueError(f"stream(): every array needs the same length along axis 0; "
                                  f"{self.rows} and {a.shape[0]} (array {i})")
         row_bytes = max(a.nbytes // max(a.shape[0], 1) for a in arrays) or 1
-        self.chunk_rows = max(1, min(self.rows, int(chunk_bytes) // row_bytes))
+        # A chunk is one storage buffer binding: within maxStorageBufferRange.
+        limit = int(engine.info.max_storage_buffer_range) or int(chunk_bytes)
+        chunk_bytes = min(int(chunk_bytes), limit)
+        self.chunk_rows = max(1, min(self.rows, chunk_bytes // row_bytes))
         self.nchunks = -(-self.rows // self.chunk_rows) if self.rows else 0
         self.depth = max(1, min(depth, self.nchunks or 1))
         self.spirv, self.push_consts, self.spec_consts = spirv, push_consts, spec_consts
@@ -289,7 +293,10 @@ class Streamer:
         for slot in self.slots:
             for a in self.arrays:
                 shape = (self.chunk_rows,) + a.shape[1:]
-                slot.tensors.append(mgr.empty(shape, a.dtype, kind="storage"))
+                # Device memory only, not zero-filled: every chunk is uploaded or written by
+                # the kernel before it is read back.
+                shell = np.broadcast_to(np.zeros((), a.dtype), shape)
+                slot.tensors.append(Tensor(mgr, self.state, shell, "storage", fill=False))
                 slot.stage.append(None)
             slot.algo = mgr.algorithm(slot.tensors, self.spirv, self.workgroup,
                                       self.spec_consts, self.push_consts)

@@ -123,7 +123,8 @@ class Tensor(Child):
     _stage: Allocation | None
     _mapped: Allocation | None
 
-    def __init__(self, manager: object, engine: Engine, array: np.ndarray, kind: str):
+    def __init__(self, manager: object, engine: Engine, array: np.ndarray, kind: str, *,
+                 fill: bool = True):
         state = engine
         handle = _TensorHandle()
         self._shape = array.shape
@@ -196,7 +197,7 @@ class Tensor(Child):
             except BaseException:
                 self._unmake(state, handle, None)
                 raise
-        if kind == "storage":
+        if kind == "storage" and fill:   # (fill=False: contents undefined; stream()'s chunks)
             try:
                 upload(engine, handle.gpu, array, f"uploading {self!r}")
             except BaseException:
