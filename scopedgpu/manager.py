@@ -373,15 +373,16 @@ class Manager:
     def stream(self, spirv: bytes, inputs: Seq[np.ndarray], outputs: Seq[np.ndarray], *,
                push_consts: Any = None, spec_consts: Any = None,
                workgroup: Seq[int] | None = None, chunk_bytes: int | None = None,
-               depth: int = 3, workers: int | None = None) -> list[np.ndarray]:
+               depth: int | None = None, workers: int | None = None) -> list[np.ndarray]:
         """Runs a kernel over numpy arrays too big for one go, chunk by chunk along axis 0,
         with the upload of one chunk, the kernel on another and the download of a third
         overlapped (on the device's transfer queues when it has them). Binding i is the
         i-th distinct array of inputs + outputs; an array in both is read and written
-        (in place). `chunk_bytes` (default 64 MiB) bounds one chunk of the widest array;
-        `depth` chunks are in flight. Writes the outputs and returns them. Everything it
-        allocates is freed before it returns, after the GPU is done with it, also when it
-        raises. The kernel must treat its bindings elementwise (each chunk is a separate
+        (in place). `chunk_bytes` (default 8 MiB) bounds one chunk of the widest array;
+        `depth` chunks are in flight (default twice `workers`, the threads that copy
+        chunks into and out of pinned staging: default the CPU count less two, 2 to 14).
+        Writes the outputs and returns them. Everything it allocates is freed before it
+        returns, after the GPU is done with it, also when it raises. The kernel must treat its bindings elementwise (each chunk is a separate
         dispatch over chunk-sized buffers; the last chunk's buffers are not shrunk, so a
         kernel reads `length()` of them and its tail results are discarded)."""
         engine = self._open()
