@@ -382,9 +382,10 @@ class Manager:
         `depth` chunks are in flight (default twice `workers`, the threads that copy
         chunks into and out of pinned staging: default the CPU count less two, 2 to 14).
         Writes the outputs and returns them. Everything it allocates is freed before it
-        returns, after the GPU is done with it, also when it raises. The kernel must treat its bindings elementwise (each chunk is a separate
-        dispatch over chunk-sized buffers; the last chunk's buffers are not shrunk, so a
-        kernel reads `length()` of them and its tail results are discarded)."""
+        returns, after the GPU is done with it, also when it raises. The kernel must treat
+        its bindings elementwise (each chunk is a separate dispatch over chunk-sized
+        buffers; the last chunk's buffers are not shrunk, so a kernel reads `length()` of
+        them and its tail results are discarded)."""
         engine = self._open()
         return stream(self, engine, spirv, inputs, outputs, push_consts=push_consts,
                       spec_consts=spec_consts, workgroup=workgroup, chunk_bytes=chunk_bytes,
