@@ -357,6 +357,11 @@ class Tensor(Child):
         """The copy that refreshes the host data after a download: (destination, source,
         bytes), plain pointers that refer to no scopedgpu object; None when the download
         lands in data() itself (package-internal)."""
+        if not self._zero_copy and self._kind == "device":
+            # Recording a download: the moment to make data() the staging range, or every
+            # completion of this recording would copy the range into the host copy.
+            with self._engine.lock:
+                self._adopt_stage()
         if self._zero_copy:
             return None
         host = self._host
