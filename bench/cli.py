@@ -37,7 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "whose host has 3x that in RAM, else less; 1/16 with --quick or "
                         "on a CPU device)")
     p.add_argument("--stream-chunk-mib", type=float, default=None,
-                   help="chunk of the stream in MiB (default 64; 16 on a CPU device)")
+                   help="chunk of the stream in MiB (default 8, Manager.stream's)")
     p.add_argument("--no-c", action="store_true", help="skip the C yardstick")
     p.add_argument("--no-cupy", action="store_true", help="skip CuPy even if importable")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 SAXPY_K = 10            # dependent dispatches per submission in the saxpy loops
-SPEC_LATENCY_RATIO = 1.3
+SPEC_LATENCY_RATIO = 1.1
 SPEC_SAXPY_RATIO = 0.95
 SPEC_TRANSFER_RATIO = 0.80
 SPEC_STREAM_RATIO = 0.80

@@ -216,8 +216,9 @@ def bench_transfer_sweep(b: Bench) -> None:
 # -- streamed saxpy ----------------------------------------------------------------------
 def stream_sizes(b: Bench) -> tuple[int, int]:
     """(bytes of x, chunk bytes): --stream-gib, else 16 GiB on a GPU whose host has the RAM
-    for x, y and the output (64 MiB with --quick and on a CPU device); chunks of 64 MiB,
-    16 MiB on a CPU device, never beyond maxStorageBufferRange."""
+    for x, y and the output (64 MiB with --quick and on a CPU device); chunks of
+    Manager.stream()'s default (8 MiB), or --stream-chunk-mib, never beyond
+    maxStorageBufferRange."""
     small = b.quick or b.info.type == "cpu"
     gib = getattr(b.args, "stream_gib", None)
     if gib is not None:
@@ -229,7 +230,7 @@ def stream_sizes(b: Bench) -> tuple[int, int]:
         nbytes = max(64 * MiB, min(16 * GiB, pow2_floor(avail // 4)))
     nbytes = max(4 * KiB, nbytes // 4 * 4)
     chunk_mib = getattr(b.args, "stream_chunk_mib", None)
-    chunk = int(chunk_mib * MiB) if chunk_mib else (16 if small else 64) * MiB
+    chunk = int(chunk_mib * MiB) if chunk_mib else 8 * MiB
     chunk = min(chunk, pow2_floor(int(b.info.max_storage_buffer_range)), nbytes)
     return nbytes, max(4 * KiB, chunk // 4 * 4)
 
