@@ -116,7 +116,7 @@ class Tensor(Child):
     # Slots are quicker to set than a fresh __dict__ (tensors are made by the 100,000);
     # "__dict__" keeps room for attributes of the user's own.
     __slots__ = ("_shape", "_dtype", "_kind", "_nbytes", "_host", "_gpu", "_stage",
-                 "_zero_copy", "_mapped", "_th", "__dict__")
+                 "_zero_copy", "_mapped", "_th", "_lent", "__dict__")
     _what = "tensor"
     _th: _TensorHandle
     _gpu: Allocation
@@ -155,6 +155,7 @@ class Tensor(Child):
                     self._destroyed = False
                     self._handle = handle
                     self._th = handle
+                    self._lent = False
                     ref: weakref.ref[Any] = weakref.ref(self, state.unreachable)
                     self._ref = ref
                     state.handles[ref] = handle
@@ -182,6 +183,7 @@ class Tensor(Child):
                         handle.stage = pool.alloc(self._nbytes, "host")
                 super().__init__(manager, engine, handle)
                 self._th = handle
+                self._lent = False
                 state.tensors.add(self)
                 self._gpu = handle.gpu
                 self._stage = handle.stage
@@ -272,9 +274,12 @@ class Tensor(Child):
         the device with OpTensorSyncDevice; OpTensorSyncLocal refreshes it. The array stays
         valid after the tensor is destroyed, holding the data as of the last sync."""
         self._check()
-        if not self._zero_copy and self._kind == "device":
+        if not self._zero_copy and self._kind == "device" and not self._lent:
             with self._engine.lock:
                 self._adopt_stage()
+                # Not switched (work ran): data() stays this array for good, since the
+                # caller may hold it.
+                self._lent = not self._zero_copy
         if self._host is None:
             raise ScopedGPUError(
                 f"{self!r} has no host memory (kind 'storage'): copy it into a 'device' or "
@@ -323,7 +328,7 @@ class Tensor(Child):
         here), and before anyone held data(): data() and the first sync call it. The lock
         is held."""
         stage = self._stage
-        if self._zero_copy or stage is None or self._engine.running:
+        if self._zero_copy or self._lent or stage is None or self._engine.running:
             return
         owner = stage.block.owner
         host = self._host
