@@ -19,44 +19,44 @@ from scopedgpu._errors import ShaderError
 MAGIC = 0x07230203
 
 # Opcodes
-_OP_ENTRY_POINT = 15
-_OP_EXECUTION_MODE = 16
-_OP_EXECUTION_MODE_ID = 331
-_OP_TYPE_BOOL = 20
-_OP_TYPE_INT = 21
-_OP_TYPE_FLOAT = 22
-_OP_TYPE_VECTOR = 23
-_OP_TYPE_MATRIX = 24
-_OP_TYPE_ARRAY = 28
-_OP_TYPE_RUNTIME_ARRAY = 29
-_OP_TYPE_STRUCT = 30
-_OP_TYPE_POINTER = 32
-_OP_CONSTANT_TRUE = 41
-_OP_CONSTANT_FALSE = 42
-_OP_CONSTANT = 43
-_OP_CONSTANT_COMPOSITE = 44
-_OP_SPEC_CONSTANT_TRUE = 48
-_OP_SPEC_CONSTANT_FALSE = 49
-_OP_SPEC_CONSTANT = 50
-_OP_SPEC_CONSTANT_COMPOSITE = 51
-_OP_VARIABLE = 59
-_OP_DECORATE = 71
-_OP_MEMBER_DECORATE = 72
-_OP_MEMORY_MODEL = 14
+OP_ENTRY_POINT = 15
+OP_EXECUTION_MODE = 16
+OP_EXECUTION_MODE_ID = 331
+OP_TYPE_BOOL = 20
+OP_TYPE_INT = 21
+OP_TYPE_FLOAT = 22
+OP_TYPE_VECTOR = 23
+OP_TYPE_MATRIX = 24
+OP_TYPE_ARRAY = 28
+OP_TYPE_RUNTIME_ARRAY = 29
+OP_TYPE_STRUCT = 30
+OP_TYPE_POINTER = 32
+OP_CONSTANT_TRUE = 41
+OP_CONSTANT_FALSE = 42
+OP_CONSTANT = 43
+OP_CONSTANT_COMPOSITE = 44
+OP_SPEC_CONSTANT_TRUE = 48
+OP_SPEC_CONSTANT_FALSE = 49
+OP_SPEC_CONSTANT = 50
+OP_SPEC_CONSTANT_COMPOSITE = 51
+OP_VARIABLE = 59
+OP_DECORATE = 71
+OP_MEMBER_DECORATE = 72
+OP_MEMORY_MODEL = 14
 
 # Decorations, storage classes, modes
-_DEC_SPEC_ID = 1
-_DEC_BUFFER_BLOCK = 3
-_DEC_ARRAY_STRIDE = 6
-_DEC_BUILTIN = 11
-_DEC_BINDING = 33
-_DEC_DESCRIPTOR_SET = 34
-_DEC_OFFSET = 35
+DEC_SPEC_ID = 1
+DEC_BUFFER_BLOCK = 3
+DEC_ARRAY_STRIDE = 6
+DEC_BUILTIN = 11
+DEC_BINDING = 33
+DEC_DESCRIPTOR_SET = 34
+DEC_OFFSET = 35
 _BUILTIN_WORKGROUP_SIZE = 25
-_SC_UNIFORM = 2
-_SC_WORKGROUP = 4
-_SC_PUSH_CONSTANT = 9
-_SC_STORAGE_BUFFER = 12
+SC_UNIFORM = 2
+SC_WORKGROUP = 4
+SC_PUSH_CONSTANT = 9
+SC_STORAGE_BUFFER = 12
 _MODE_LOCAL_SIZE = 17
 _MODE_LOCAL_SIZE_ID = 38
 _MODEL_GLCOMPUTE = 5
@@ -170,50 +170,50 @@ def reflect(spirv: bytes) -> ShaderInfo:
         if wc == 0 or i + wc > n:
             raise ShaderError(f"malformed SPIR-V: bad instruction length at word {i}")
         a = w[i + 1: i + wc]
-        if op == _OP_ENTRY_POINT:
+        if op == OP_ENTRY_POINT:
             if len(a) < 3:
                 raise ShaderError("malformed SPIR-V: short OpEntryPoint")
             name, _ = _string(w, i + 3, i + wc)
             if a[0] == _MODEL_GLCOMPUTE and name == "main":
                 entry_id = a[1]
-        elif op == _OP_MEMORY_MODEL:
+        elif op == OP_MEMORY_MODEL:
             has_memory_model = True
-        elif op == _OP_EXECUTION_MODE and len(a) >= 5 and a[1] == _MODE_LOCAL_SIZE:
+        elif op == OP_EXECUTION_MODE and len(a) >= 5 and a[1] == _MODE_LOCAL_SIZE:
             if a[0] == entry_id or entry_id is None:
                 local_size = list(a[2:5])
-        elif op == _OP_EXECUTION_MODE_ID and len(a) >= 5 and a[1] == _MODE_LOCAL_SIZE_ID:
+        elif op == OP_EXECUTION_MODE_ID and len(a) >= 5 and a[1] == _MODE_LOCAL_SIZE_ID:
             local_size_ids = list(a[2:5])
-        elif op == _OP_DECORATE and len(a) >= 2:
+        elif op == OP_DECORATE and len(a) >= 2:
             decorations.setdefault(a[0], {})[a[1]] = list(a[2:])
-        elif op == _OP_MEMBER_DECORATE and len(a) >= 4 and a[2] == _DEC_OFFSET:
+        elif op == OP_MEMBER_DECORATE and len(a) >= 4 and a[2] == DEC_OFFSET:
             member_offsets.setdefault(a[0], {})[a[1]] = a[3]
-        elif op == _OP_TYPE_BOOL:
+        elif op == OP_TYPE_BOOL:
             types[a[0]] = ("bool", 32)
-        elif op == _OP_TYPE_INT and len(a) >= 3:
+        elif op == OP_TYPE_INT and len(a) >= 3:
             types[a[0]] = ("int" if a[2] else "uint", a[1])
-        elif op == _OP_TYPE_FLOAT and len(a) >= 2:
+        elif op == OP_TYPE_FLOAT and len(a) >= 2:
             types[a[0]] = ("float", a[1])
-        elif op in (_OP_TYPE_VECTOR, _OP_TYPE_MATRIX) and len(a) >= 3:
+        elif op in (OP_TYPE_VECTOR, OP_TYPE_MATRIX) and len(a) >= 3:
             types[a[0]] = ("vector", a[1], a[2])
-        elif op == _OP_TYPE_ARRAY and len(a) >= 3:
+        elif op == OP_TYPE_ARRAY and len(a) >= 3:
             types[a[0]] = ("array", a[1], a[2])
-        elif op == _OP_TYPE_RUNTIME_ARRAY and len(a) >= 2:
+        elif op == OP_TYPE_RUNTIME_ARRAY and len(a) >= 2:
             types[a[0]] = ("runtime_array", a[1])
-        elif op == _OP_TYPE_STRUCT and len(a) >= 1:
+        elif op == OP_TYPE_STRUCT and len(a) >= 1:
             types[a[0]] = ("struct", list(a[1:]))
-        elif op == _OP_TYPE_POINTER and len(a) >= 3:
+        elif op == OP_TYPE_POINTER and len(a) >= 3:
             pointers[a[0]] = (a[1], a[2])
-        elif op == _OP_CONSTANT and len(a) >= 3:
+        elif op == OP_CONSTANT and len(a) >= 3:
             constants[a[1]] = (a[0], list(a[2:]))
-        elif op in (_OP_CONSTANT_TRUE, _OP_CONSTANT_FALSE) and len(a) >= 2:
-            constants[a[1]] = (a[0], [1 if op == _OP_CONSTANT_TRUE else 0])
-        elif op == _OP_SPEC_CONSTANT and len(a) >= 3:
+        elif op in (OP_CONSTANT_TRUE, OP_CONSTANT_FALSE) and len(a) >= 2:
+            constants[a[1]] = (a[0], [1 if op == OP_CONSTANT_TRUE else 0])
+        elif op == OP_SPEC_CONSTANT and len(a) >= 3:
             spec_scalars[a[1]] = (a[0], list(a[2:]))
-        elif op in (_OP_SPEC_CONSTANT_TRUE, _OP_SPEC_CONSTANT_FALSE) and len(a) >= 2:
-            spec_scalars[a[1]] = (a[0], op == _OP_SPEC_CONSTANT_TRUE)
-        elif op in (_OP_CONSTANT_COMPOSITE, _OP_SPEC_CONSTANT_COMPOSITE) and len(a) >= 2:
+        elif op in (OP_SPEC_CONSTANT_TRUE, OP_SPEC_CONSTANT_FALSE) and len(a) >= 2:
+            spec_scalars[a[1]] = (a[0], op == OP_SPEC_CONSTANT_TRUE)
+        elif op in (OP_CONSTANT_COMPOSITE, OP_SPEC_CONSTANT_COMPOSITE) and len(a) >= 2:
             composites[a[1]] = list(a[2:])
-        elif op == _OP_VARIABLE and len(a) >= 3:
+        elif op == OP_VARIABLE and len(a) >= 3:
             variables.append((a[0], a[1], a[2]))
         i += wc
 
@@ -243,9 +243,9 @@ def reflect(spirv: bytes) -> ShaderInfo:
     spec_id_of: dict[int, int] = {}
     for cid, (tid, vals) in spec_scalars.items():
         dec = decorations.get(cid, {})
-        if _DEC_SPEC_ID not in dec or not dec[_DEC_SPEC_ID]:
+        if DEC_SPEC_ID not in dec or not dec[DEC_SPEC_ID]:
             continue
-        sid = dec[_DEC_SPEC_ID][0]
+        sid = dec[DEC_SPEC_ID][0]
         kind, width = types.get(tid, ("uint", 32))[:2]
         spec_constants[sid] = SpecConstant(sid, kind, width, scalar_value(cid))
         spec_id_of[cid] = sid
@@ -254,7 +254,7 @@ def reflect(spirv: bytes) -> ShaderInfo:
     # A WorkgroupSize built-in overrides the execution mode.
     for cid, parts in composites.items():
         dec = decorations.get(cid, {})
-        if dec.get(_DEC_BUILTIN, [None])[0] == _BUILTIN_WORKGROUP_SIZE and len(parts) == 3:
+        if dec.get(DEC_BUILTIN, [None])[0] == _BUILTIN_WORKGROUP_SIZE and len(parts) == 3:
             local_size = [int(scalar_value(p)) for p in parts]
             local_size_spec = {ax: spec_id_of[p] for ax, p in enumerate(parts) if p in spec_id_of}
     if local_size is None and local_size_ids is not None:
@@ -275,7 +275,7 @@ def reflect(spirv: bytes) -> ShaderInfo:
         if t[0] == "vector":
             return t[2] * size_of(t[1], depth + 1)
         if t[0] == "array":
-            stride = decorations.get(tid, {}).get(_DEC_ARRAY_STRIDE, [0])[0]
+            stride = decorations.get(tid, {}).get(DEC_ARRAY_STRIDE, [0])[0]
             count = int(scalar_value(t[2]))
             return count * (stride or size_of(t[1], depth + 1))
         if t[0] == "runtime_array":
@@ -329,29 +329,29 @@ def reflect(spirv: bytes) -> ShaderInfo:
     push_widths: set[int] = set()
     shared_types: list[int] = []
     for ptype, vid, sc in variables:
-        if sc == _SC_PUSH_CONSTANT:
+        if sc == SC_PUSH_CONSTANT:
             pointee = pointers.get(ptype, (0, 0))[1]
             push_size = max(push_size, size_of(pointee))
             push_widths |= scalar_widths(pointee)
             continue
-        if sc == _SC_WORKGROUP:
+        if sc == SC_WORKGROUP:
             shared_types.append(pointers.get(ptype, (0, 0))[1])
             continue
         dec = decorations.get(vid, {})
-        if _DEC_BINDING not in dec:
+        if DEC_BINDING not in dec:
             continue
-        binding = dec[_DEC_BINDING][0]
-        dset = dec.get(_DEC_DESCRIPTOR_SET, [0])[0]
+        binding = dec[DEC_BINDING][0]
+        dset = dec.get(DEC_DESCRIPTOR_SET, [0])[0]
         pointee = pointers.get(ptype, (0, 0))[1]
-        is_storage = sc == _SC_STORAGE_BUFFER or (
-            sc == _SC_UNIFORM and _DEC_BUFFER_BLOCK in decorations.get(pointee, {}))
+        is_storage = sc == SC_STORAGE_BUFFER or (
+            sc == SC_UNIFORM and DEC_BUFFER_BLOCK in decorations.get(pointee, {}))
         if is_storage and dset == 0:
             bindings.append(binding)
             elem = element_type(pointee)
             if elem is not None:
                 elements[binding] = elem
         else:
-            kind = "uniform buffer" if sc == _SC_UNIFORM else f"storage class {sc}"
+            kind = "uniform buffer" if sc == SC_UNIFORM else f"storage class {sc}"
             other.append((dset, binding, kind))
 
     def shared_size(spec_values: dict[int, int | float]) -> int | None:

@@ -201,27 +201,27 @@ def push_constant_layout(spirv: bytes) -> list[ConstantSlot]:
     while i < len(w):
         wc, op = w[i] >> 16, w[i] & 0xFFFF
         a = w[i + 1:i + max(wc, 1)]
-        if op == sv._OP_TYPE_BOOL:
+        if op == sv.OP_TYPE_BOOL:
             types[a[0]] = ("bool", 32)
-        elif op == sv._OP_TYPE_INT:
+        elif op == sv.OP_TYPE_INT:
             types[a[0]] = ("int" if a[2] else "uint", a[1])
-        elif op == sv._OP_TYPE_FLOAT:
+        elif op == sv.OP_TYPE_FLOAT:
             types[a[0]] = ("float", a[1])
-        elif op in (sv._OP_TYPE_VECTOR, sv._OP_TYPE_MATRIX):
+        elif op in (sv.OP_TYPE_VECTOR, sv.OP_TYPE_MATRIX):
             types[a[0]] = ("vector", a[1], a[2])
-        elif op == sv._OP_TYPE_ARRAY:
+        elif op == sv.OP_TYPE_ARRAY:
             types[a[0]] = ("array", a[1], a[2])
-        elif op == sv._OP_TYPE_STRUCT:
+        elif op == sv.OP_TYPE_STRUCT:
             types[a[0]] = ("struct", list(a[1:]))
-        elif op == sv._OP_TYPE_POINTER:
+        elif op == sv.OP_TYPE_POINTER:
             pointers[a[0]] = a[2]
-        elif op == sv._OP_CONSTANT and len(a) >= 3:
+        elif op == sv.OP_CONSTANT and len(a) >= 3:
             consts[a[1]] = a[2]
-        elif op == sv._OP_DECORATE and len(a) >= 3 and a[1] == sv._DEC_ARRAY_STRIDE:
+        elif op == sv.OP_DECORATE and len(a) >= 3 and a[1] == sv.DEC_ARRAY_STRIDE:
             strides[a[0]] = a[2]
-        elif op == sv._OP_MEMBER_DECORATE and len(a) >= 4 and a[2] == sv._DEC_OFFSET:
+        elif op == sv.OP_MEMBER_DECORATE and len(a) >= 4 and a[2] == sv.DEC_OFFSET:
             offsets.setdefault(a[0], {})[a[1]] = a[3]
-        elif op == sv._OP_VARIABLE and a[2] == sv._SC_PUSH_CONSTANT:
+        elif op == sv.OP_VARIABLE and a[2] == sv.SC_PUSH_CONSTANT:
             block = pointers.get(a[0])
         i += max(wc, 1)
     out: list[ConstantSlot] = []
