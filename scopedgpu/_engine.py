@@ -94,6 +94,11 @@ class Engine(Validation):
         super().__init__()
         self.lock = threading.RLock()
         self.closed = False
+        # Manager.stream() calls under way (their command buffers are their own): close()
+        # sets `closing`, and waits on `streams_done` until they stopped and freed.
+        self.streams = 0
+        self.closing = False
+        self.streams_done = threading.Condition(self.lock)
         self.pid = os.getpid()
         # Set in a child process after os.fork(): nothing inherited may reach Vulkan.
         self.forked = False
@@ -363,6 +368,13 @@ def shutdown(state: Engine) -> None:
             return
         interrupted: BaseException | None = None
         still: list[str] = []
+        if state.streams:
+            # stream() calls in other threads see `closing` at their next step, wait for
+            # their own submissions and free what they made (the wait releases the lock).
+            state.closing = True
+            deadline = time.monotonic() + (0.0 if state.gave_up else state.wait_timeout)
+            while state.streams and time.monotonic() < deadline:
+                state.streams_done.wait(0.05)
         if state.dev is not None:
             try:
                 still = drain(state, 0.0 if state.gave_up else state.wait_timeout)
@@ -371,6 +383,9 @@ def shutdown(state: Engine) -> None:
                 interrupted = exc
                 still = drain(state, 0.0)
                 why = "when KeyboardInterrupt stopped the wait"
+            if state.streams:   # their command buffers may still run: nothing is freed
+                still.append(f"{state.streams} Manager.stream() call(s)")
+                why = f"after {state.wait_timeout:g} s"
         state.closed = True
         if still:
             abandon(state, still, why)

@@ -38,6 +38,7 @@ from typing import Any, Sequence as Seq
 import numpy as np
 
 from scopedgpu import _vk
+from scopedgpu._errors import DestroyedError
 from scopedgpu.ops import OpAlgoDispatch, OpMemoryBarrier
 from scopedgpu.tensor import Tensor
 
@@ -251,6 +252,7 @@ class Streamer:
         what = f"stream upload of chunk {slot.chunk}"
         self._record_copies(slot.up, pairs, what)
         with self.state.lock:
+            self.state.check_open()
             _vk.check(_vk.seq_submit(slot.up[0]), what)
         slot.up_submitted = True
         slot.phase = "up"
@@ -265,6 +267,7 @@ class Streamer:
         what = f"stream download of chunk {slot.chunk}"
         self._record_copies(slot.down, pairs, what)
         with self.state.lock:
+            self.state.check_open()
             _vk.check(_vk.seq_submit(slot.down[0]), what)
         slot.down_submitted = True
         slot.phase = "down"
@@ -313,16 +316,33 @@ class Streamer:
                     _vk.check(_vk.seq_create(self.state.dev, q, 0, holder), "stream setup")
 
     def run(self) -> None:
+        st = self.state
+        with st.lock:
+            st.check_open()
+            self._check_closing()
+            st.streams += 1     # close() from another thread now waits for this call
         try:
-            self._setup()
-            self._loop()
+            try:
+                self._setup()
+                self._loop()
+            finally:
+                self._teardown()
         finally:
-            self._teardown()
+            with st.lock:
+                st.streams -= 1
+                st.streams_done.notify_all()
+
+    def _check_closing(self) -> None:
+        if self.state.closing:
+            raise DestroyedError(f"{self.mgr!r} is closing (close() in another thread): "
+                                 "stream() stopped; what it made is freed")
 
     def _loop(self) -> None:
         next_chunk, finished = 0, 0
         tr = self.trace
         while finished < self.nchunks:
+            if self.state.closing:
+                self._check_closing()
             progressed = False
             if tr is not None:
                 for slot in self.slots:

@@ -3,6 +3,8 @@ overlapped. Results against numpy, every chunking edge, both host paths (import 
 staging), bad input, and the lifetime contract (nothing leaks, also when interrupted)."""
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -11,6 +13,7 @@ import pytest
 import scopedgpu as sg
 import scopedgpu.stream as sst
 from scopedgpu._shaders import builtin_spirv
+from tests.conftest import source_env
 
 SAXPY = builtin_spirv("saxpy")      # binding 0: x, binding 1: y; y = a * x + y
 
@@ -155,3 +158,48 @@ def test_streams_from_two_threads_at_once(mgr):
     assert errors == []
     for i in range(2):
         np.testing.assert_array_equal(ys[i], 2.0 * (i + 1) + 1)
+
+
+CLOSE_DURING_STREAM = """
+import sys, threading
+import numpy as np
+import scopedgpu as sg
+import scopedgpu.stream as sst
+from scopedgpu._shaders import builtin_spirv
+before = sg.live_vulkan_objects()
+m = sg.Manager()
+x = np.ones(1 << 21, np.float32)
+y = np.ones(1 << 21, np.float32)
+started = threading.Event()
+orig = sst.Streamer._loop
+def loop(self):
+    started.set()
+    orig(self)
+sst.Streamer._loop = loop
+errors = []
+def work():
+    try:
+        m.stream(builtin_spirv("saxpy"), inputs=[x, y], outputs=[y], push_consts=[1.0],
+                 chunk_bytes=1 << 12, depth=2, workers=2)
+    except BaseException as exc:
+        errors.append(exc)
+t = threading.Thread(target=work)
+t.start()
+assert started.wait(30)
+m.close()                  # waits for the stream to stop and free what it made
+t.join(30)
+assert not t.is_alive()
+assert m.closed and sg.abandoned_managers() == 0
+assert len(errors) == 1 and isinstance(errors[0], sg.DestroyedError), errors
+assert "closing" in str(errors[0]), errors
+assert sg.live_vulkan_objects() == before, (sg.live_vulkan_objects(), before)
+print("OK")
+"""
+
+
+def test_close_from_another_thread_stops_the_stream_and_frees_everything():
+    """In a child process: before close() waited for streams, it destroyed the device
+    under their command buffers."""
+    res = subprocess.run([sys.executable, "-c", CLOSE_DURING_STREAM], capture_output=True,
+                         text=True, timeout=120, env=source_env())
+    assert res.returncode == 0 and res.stdout.strip().endswith("OK"), res.stdout + res.stderr
