@@ -22,6 +22,8 @@ How the overlap is made (the policy in ten lines):
   (VK_EXT_external_memory_host, page rounded, released once its last copy completed):
   no copy, but drivers import one range at a time, slower on the H200 than parallel
   copies; "auto" imports when no other worker is importing and copies otherwise.
+- SCOPEDGPU_STREAM_TRACE=1 records when each chunk entered each step (Streamer.trace), for
+  finding which step holds a stream back.
 - Nothing is freed while any queue may use it: every exit path, Ctrl-C included, first
   waits for every fence submitted (bounded by the manager's wait_timeout; past it the
   memory is kept, as everywhere in scopedgpu), then frees.
@@ -152,7 +154,10 @@ class Streamer:
         # the default: on the H200 host 38 GB/s against 29 with "auto" and 13 with
         # "import", whose driver imports one range at a time), "import" (imported, no
         # copy) or "auto" (imported when no other worker is importing, else staged).
-        self.host_mode = os.environ.get("SCOPEDGPU_STREAM_HOST", "stage")
+        self.host_mode = os.environ.get("SCOPEDGPU_STREAM_HOST", "") or "stage"
+        if self.host_mode not in ("stage", "import", "auto"):
+            raise ValueError(f"SCOPEDGPU_STREAM_HOST={self.host_mode!r}: use stage, import "
+                             "or auto")
 
     # -- host memory: import (pin) or stage ---------------------------------------------------
     def _prepare(self, slot: _Slot, i: int) -> None:

@@ -203,3 +203,12 @@ def test_close_from_another_thread_stops_the_stream_and_frees_everything():
     res = subprocess.run([sys.executable, "-c", CLOSE_DURING_STREAM], capture_output=True,
                          text=True, timeout=120, env=source_env())
     assert res.returncode == 0 and res.stdout.strip().endswith("OK"), res.stdout + res.stderr
+
+
+def test_an_unknown_host_path_is_refused(mgr, monkeypatch):
+    monkeypatch.setenv("SCOPEDGPU_STREAM_HOST", "pin")
+    x = np.ones(8, np.float32)
+    y = np.ones(8, np.float32)
+    with pytest.raises(ValueError, match="SCOPEDGPU_STREAM_HOST"):
+        mgr.stream(SAXPY, inputs=[x, y], outputs=[y], push_consts=[1.0])
+    np.testing.assert_array_equal(y, 1.0)
