@@ -230,7 +230,7 @@ class Streamer:
         slot.hosts = [_Host(a[lo:hi]) for a in self.arrays]
         slot.futures = [self.workers.submit(self._prepare, slot, i)
                         for i in range(len(slot.hosts))]
-        slot.phase = "pin"
+        self._enter(slot, "pin")
 
     # -- command buffers ----------------------------------------------------------------------
     def _record_copies(self, holder: Any, pairs: list[tuple[Any, int, Any, int, int]],
@@ -260,7 +260,7 @@ class Streamer:
             self.state.check_open()
             _vk.check(_vk.seq_submit(slot.up[0]), what)
         slot.up_submitted = True
-        slot.phase = "up"
+        self._enter(slot, "up")
 
     def _submit_down(self, slot: _Slot) -> None:
         pairs = []
@@ -275,7 +275,7 @@ class Streamer:
             self.state.check_open()
             _vk.check(_vk.seq_submit(slot.down[0]), what)
         slot.down_submitted = True
-        slot.phase = "down"
+        self._enter(slot, "down")
 
     def _done(self, holder: Any, what: str) -> bool:
         rc = _vk.seq_status(holder[0])
@@ -299,7 +299,7 @@ class Streamer:
 
     def _finish_outputs(self, slot: _Slot) -> None:
         slot.futures = [self.workers.submit(self._finish, slot.hosts[i]) for i in self.down_idx]
-        slot.phase = "drain"
+        self._enter(slot, "drain")
 
     # -- the loop -----------------------------------------------------------------------------
     def _setup(self) -> None:
@@ -337,6 +337,12 @@ class Streamer:
                 st.streams -= 1
                 st.streams_done.notify_all()
 
+    def _enter(self, slot: _Slot, phase: str) -> None:
+        """A slot's chunk enters a step (the one place phases change; traced here)."""
+        slot.phase = phase
+        if self.trace is not None:
+            self.trace.append((slot.chunk, phase, time.perf_counter()))
+
     def _check_closing(self) -> None:
         if self.state.closing:
             raise DestroyedError(f"{self.mgr!r} is closing (close() in another thread): "
@@ -344,16 +350,10 @@ class Streamer:
 
     def _loop(self) -> None:
         next_chunk, finished = 0, 0
-        tr = self.trace
         while finished < self.nchunks:
             if self.state.closing:
                 self._check_closing()
             progressed = False
-            if tr is not None:
-                for slot in self.slots:
-                    if slot.chunk >= 0 and (not tr or tr[-1][:2] != (slot.chunk, slot.phase)):
-                        if not any(e[0] == slot.chunk and e[1] == slot.phase for e in tr[-64:]):
-                            tr.append((slot.chunk, slot.phase, time.perf_counter()))
             for slot in self.slots:
                 if slot.phase == "free" and next_chunk < self.nchunks:
                     self._start_chunk(slot, next_chunk)
@@ -373,7 +373,7 @@ class Streamer:
                         slot.up_submitted = False
                         self._release_inputs(slot)
                         slot.kernel.eval_async()
-                        slot.phase = "kernel"
+                        self._enter(slot, "kernel")
                         progressed = True
                 elif ph == "kernel":
                     if not slot.kernel.is_running:
@@ -389,7 +389,7 @@ class Streamer:
                         for f in slot.futures:
                             f.result()
                         slot.hosts = []
-                        slot.phase = "free"
+                        self._enter(slot, "free")
                         finished += 1
                         progressed = True
             if not progressed:

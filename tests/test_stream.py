@@ -108,29 +108,27 @@ def test_closed_manager_raises_destroyed():
         m.stream(SAXPY, inputs=[x, x.copy()], outputs=[x], push_consts=[1.0])
 
 
-@pytest.mark.parametrize("phase", ["pin", "up", "kernel", "down", "drain"])
+@pytest.mark.parametrize("phase", ["pin", "up", "kernel", "down", "drain", "free"])
 def test_interrupt_in_any_phase_frees_everything_after_the_gpu(mgr, monkeypatch, phase):
-    """A KeyboardInterrupt when the first chunk reaches `phase`: stream() raises it, and
-    has waited for everything submitted before freeing (the mgr fixture checks the
-    live counts; the validation layer, when on, checks nothing was freed in use)."""
-    orig = sst.Streamer._wait_any
+    """A KeyboardInterrupt as the second chunk enters `phase`: stream() raises it, and has
+    waited for everything submitted before freeing (the mgr fixture checks the live
+    counts; the validation layer, when on, checks nothing was freed in use)."""
+    orig = sst.Streamer._enter
     seen = []
 
-    def wait_any(self):
-        phases = {s.phase for s in self.slots}
-        seen.append(phases)
-        if phase in phases:
+    def enter(self, slot, ph):
+        orig(self, slot, ph)
+        seen.append((slot.chunk, ph))
+        if ph == phase and slot.chunk == 1:
             raise KeyboardInterrupt
-        orig(self)
 
-    monkeypatch.setattr(sst.Streamer, "_wait_any", wait_any)
-    monkeypatch.setattr(sst, "_POLL_NS", 1)
+    monkeypatch.setattr(sst.Streamer, "_enter", enter)
     x = np.ones(1 << 16, np.float32)
     y = np.ones(1 << 16, np.float32)
     with pytest.raises(KeyboardInterrupt):
         mgr.stream(SAXPY, inputs=[x, y], outputs=[y], push_consts=[1.0],
                    chunk_bytes=1 << 14, depth=3)
-    assert any(phase in p for p in seen)
+    assert (1, phase) in seen
     monkeypatch.undo()
     # still usable
     y[:] = 1
