@@ -94,11 +94,10 @@ class Engine(Validation):
         super().__init__()
         self.lock = threading.RLock()
         self.closed = False
-        # Manager.stream() calls under way (their command buffers are their own): close()
-        # sets `closing`, and waits on `streams_done` until they stopped and freed.
-        self.streams = 0
+        # Manager.stream() calls under way (a token each; their command buffers are their
+        # own): close() sets `closing` and waits until they stopped and freed.
+        self.streams: set[object] = set()
         self.closing = False
-        self.streams_done = threading.Condition(self.lock)
         self.pid = os.getpid()
         # Set in a child process after os.fork(): nothing inherited may reach Vulkan.
         self.forked = False
@@ -374,7 +373,11 @@ def shutdown(state: Engine) -> None:
             state.closing = True
             deadline = time.monotonic() + (0.0 if state.gave_up else state.wait_timeout)
             while state.streams and time.monotonic() < deadline:
-                state.streams_done.wait(0.05)
+                state.lock.release()   # the streams free under it
+                try:
+                    time.sleep(0.002)
+                finally:
+                    state.lock.acquire()
         if state.dev is not None:
             try:
                 still = drain(state, 0.0 if state.gave_up else state.wait_timeout)
@@ -384,7 +387,7 @@ def shutdown(state: Engine) -> None:
                 still = drain(state, 0.0)
                 why = "when KeyboardInterrupt stopped the wait"
             if state.streams:   # their command buffers may still run: nothing is freed
-                still.append(f"{state.streams} Manager.stream() call(s)")
+                still.append(f"{len(state.streams)} Manager.stream() call(s)")
                 why = f"after {state.wait_timeout:g} s"
         state.closed = True
         if still:

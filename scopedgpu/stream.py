@@ -147,6 +147,7 @@ class Streamer:
         self.workers = cf.ThreadPoolExecutor(max(1, workers),
                                              thread_name_prefix="scopedgpu-stream")
         self.pin_lock = threading.Lock()
+        self.torn_down = False
         self.imported = self.staged = 0   # chunks of arrays reached each way (approximate)
         self.trace: list[tuple[int, str, float]] | None = (
             [] if os.environ.get("SCOPEDGPU_STREAM_TRACE") else None)
@@ -178,11 +179,7 @@ class Streamer:
                     self.imported += 1
                     return
         self.staged += 1
-        a = slot.stage[i]
-        if a is None:
-            # Allocated on first need: with import support most chunks never need one.
-            with self.state.lock:
-                a = slot.stage[i] = self.state.pool.alloc(slot.tensors[i].nbytes, "host")
+        a = slot.stage[i]   # made by _setup: workers take no lock of the manager's
         h.staged, h.block, h.offset = a, a.block.handle, a.offset
         if i in self.up_idx:
             self._host_bytes(a, h.view.nbytes)[:] = h.view.reshape(-1).view(np.uint8)
@@ -294,8 +291,7 @@ class Streamer:
         if h.staged is not None:
             h.staged = h.block = None
         elif h.block is not None:
-            blk, h.block = h.block, None
-            self.workers.submit(_vk.block_destroy, blk)
+            blk, h.block = h.block, None; self.workers.submit(_vk.block_destroy, blk)  # noqa: E702
 
     def _finish_outputs(self, slot: _Slot) -> None:
         slot.futures = [self.workers.submit(self._finish, slot.hosts[i]) for i in self.down_idx]
@@ -311,7 +307,8 @@ class Streamer:
                 # the kernel before it is read back.
                 shell = np.broadcast_to(np.zeros((), a.dtype), shape)
                 slot.tensors.append(Tensor(mgr, self.state, shell, "storage", fill=False))
-                slot.stage.append(None)
+                with self.state.lock:
+                    slot.stage.append(self.state.pool.alloc(slot.tensors[-1].nbytes, "host"))
             slot.algo = mgr.algorithm(slot.tensors, self.spirv, self.workgroup,
                                       self.spec_consts, self.push_consts)
             slot.kernel = mgr.sequence()
@@ -325,17 +322,25 @@ class Streamer:
         with st.lock:
             st.check_open()
             self._check_closing()
-            st.streams += 1     # close() from another thread now waits for this call
+        token = object()
+        # A Ctrl-C may cut any line short, cleanup included: each step below is undone in
+        # a finally, and a cleanup cut short runs again from the enclosing one. (All three
+        # `try:` come first: an interrupt at a `try:` line reaches none of its handlers.)
         try:
             try:
-                self._setup()
-                self._loop()
+                try:
+                    st.streams.add(token)   # close() from another thread now waits for it
+                    self._setup()
+                    self._loop()
+                finally:
+                    self._teardown()
             finally:
-                self._teardown()
+                if not self.torn_down:
+                    self._teardown()
+                st.streams.discard(token)
         finally:
-            with st.lock:
-                st.streams -= 1
-                st.streams_done.notify_all()
+            if token in st.streams:
+                st.streams.discard(token)
 
     def _enter(self, slot: _Slot, phase: str) -> None:
         """A slot's chunk enters a step (the one place phases change; traced here)."""
@@ -413,7 +418,8 @@ class Streamer:
 
     def _teardown(self) -> None:
         """Waits for every submitted step, then frees: nothing goes while a queue may use
-        it. A wait past the manager's wait_timeout keeps the memory (logged)."""
+        it. A wait past the manager's wait_timeout keeps the memory (logged). Safe to run
+        again: everything is taken in the line that frees it."""
         timeout = self.state.wait_timeout
         stuck = False
         for slot in self.slots:
@@ -435,13 +441,14 @@ class Streamer:
             log.error("scopedgpu: a stream's GPU work did not finish within %g s; its "
                       "memory stays allocated until the process exits", timeout)
             self.workers.shutdown(wait=True)
+            self.torn_down = True
             return
+        self.workers.shutdown(wait=True)     # worker copies and releases are done
         for slot in self.slots:
             for h in slot.hosts:
-                self._release_host(h)
+                if h.staged is None and h.block is not None:
+                    blk, h.block = h.block, None; _vk.block_destroy(blk)  # noqa: E702
             slot.hosts = []
-        self.workers.shutdown(wait=True)
-        for slot in self.slots:
             for holder in (slot.up, slot.down):
                 if holder[0] != _vk.NULL:
                     _vk.seq_destroy(_vk.take(holder))
@@ -453,9 +460,8 @@ class Streamer:
                 t.destroy()
             with self.state.lock:
                 while slot.stage:
-                    a = slot.stage.pop()
-                    if a is not None:
-                        self.state.pool.free(a)
+                    self.state.pool.free(slot.stage.pop())
+        self.torn_down = True
 
 
 def stream(mgr: Any, engine: Any, spirv: bytes, inputs: Seq[np.ndarray],

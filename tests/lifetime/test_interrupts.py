@@ -30,7 +30,7 @@ from lt_shaders import add_one_spirv
 PKG = os.path.dirname(os.path.abspath(sg.__file__))
 INJECTED = tuple(os.path.join(PKG, f) for f in (
     "manager.py", "tensor.py", "algorithm.py", "sequence.py", "ops.py", "_base.py",
-    "_engine.py", "_caches.py", "_transfer.py", "_record.py", "_validation.py"))
+    "_engine.py", "_caches.py", "_transfer.py", "_record.py", "_validation.py", "stream.py"))
 # Not _vk.py, the door to C: its wrappers are one C call and a return-code check (as
 # _errors.check was), and the pool, which is not swept (see above), calls them too.
 DEBUG = os.environ.get("SCOPEDGPU_DEBUG", "") not in ("", "0")
@@ -397,3 +397,21 @@ def test_named_create_record_delete(imgr, dispatch):
     b.data()[:] = 0
     action()
     np.testing.assert_array_equal(b.data(), want)
+
+
+def test_stream(imgr):
+    """Manager.stream() cut at every line of its own code and of what it calls: nothing
+    leaks (its command buffers, imports, staging, device chunks), and the manager works."""
+    from scopedgpu._shaders import builtin_spirv
+    saxpy = builtin_spirv("saxpy")
+    x = np.arange(4096, dtype=np.float32)
+    y = np.ones(4096, dtype=np.float32)
+    base = _state(imgr)
+
+    def action():
+        y[:] = 1
+        imgr.stream(saxpy, inputs=[x, y], outputs=[y], push_consts=[2.0],
+                    chunk_bytes=8192, depth=2, workers=2)
+
+    assert _sweep(action, _check_baseline(imgr, base, "stream()"), limit=20000) > 5
+    np.testing.assert_array_equal(y, 2 * x + 1)
