@@ -84,7 +84,7 @@ class _Host:
 
 class _Slot:
     __slots__ = ("index", "tensors", "stage", "algo", "up", "down", "kernel", "chunk",
-                 "hosts", "phase", "futures", "up_submitted", "down_submitted")
+                 "hosts", "phase", "futures")
 
     def __init__(self, index: int):
         self.index = index
@@ -98,8 +98,6 @@ class _Slot:
         self.hosts: list[_Host] = []
         self.phase = "free"
         self.futures: list[cf.Future] = []
-        self.up_submitted = False
-        self.down_submitted = False
 
 
 class Streamer:
@@ -216,11 +214,6 @@ class Streamer:
                 h.block, h.offset = out[0], addr - start
                 return
 
-    def _unpin(self, h: _Host) -> None:
-        if h.block is not None and h.staged is None:
-            _vk.block_destroy(h.block)
-        h.block = None
-
     def _start_chunk(self, slot: _Slot, k: int) -> None:
         lo, hi = k * self.chunk_rows, min(self.rows, (k + 1) * self.chunk_rows)
         slot.chunk = k
@@ -244,35 +237,24 @@ class Streamer:
                            _vk.ACCESS_MEMORY_READ | _vk.ACCESS_MEMORY_WRITE)
         _vk.check(_vk.seq_end(h), what)
 
-    def _submit_up(self, slot: _Slot) -> None:
+    def _submit(self, slot: _Slot, step: str) -> None:
+        """Records and submits a chunk's upload (step "up": host -> its device chunks) or
+        download ("down": device chunks -> host), then enters that step."""
+        up = step == "up"
+        holder = slot.up if up else slot.down
         pairs = []
-        for i in self.up_idx:
-            h, t = slot.hosts[i], slot.tensors[i]
+        for i in self.up_idx if up else self.down_idx:
+            h, g = slot.hosts[i], slot.tensors[i].gpu_range
             if h.view.nbytes:
-                g = t.gpu_range
-                pairs.append((h.block, h.offset, g.block.handle, g.offset, h.view.nbytes))
-        what = f"stream upload of chunk {slot.chunk}"
-        self._record_copies(slot.up, pairs, what)
+                host, dev = (h.block, h.offset), (g.block.handle, g.offset)
+                src, dst = (host, dev) if up else (dev, host)
+                pairs.append((*src, *dst, h.view.nbytes))
+        what = f"stream {'upload' if up else 'download'} of chunk {slot.chunk}"
+        self._record_copies(holder, pairs, what)
         with self.state.lock:
             self.state.check_open()
-            _vk.check(_vk.seq_submit(slot.up[0]), what)
-        slot.up_submitted = True
-        self._enter(slot, "up")
-
-    def _submit_down(self, slot: _Slot) -> None:
-        pairs = []
-        for i in self.down_idx:
-            h, t = slot.hosts[i], slot.tensors[i]
-            if h.view.nbytes:
-                g = t.gpu_range
-                pairs.append((g.block.handle, g.offset, h.block, h.offset, h.view.nbytes))
-        what = f"stream download of chunk {slot.chunk}"
-        self._record_copies(slot.down, pairs, what)
-        with self.state.lock:
-            self.state.check_open()
-            _vk.check(_vk.seq_submit(slot.down[0]), what)
-        slot.down_submitted = True
-        self._enter(slot, "down")
+            _vk.check(_vk.seq_submit(holder[0]), what)
+        self._enter(slot, step)
 
     def _done(self, holder: Any, what: str) -> bool:
         rc = _vk.seq_status(holder[0])
@@ -371,22 +353,20 @@ class Streamer:
                     if all(f.done() for f in slot.futures):
                         for f in slot.futures:
                             f.result()
-                        self._submit_up(slot)
+                        self._submit(slot, "up")
                         progressed = True
                 elif ph == "up":
                     if self._done(slot.up, f"stream upload of chunk {slot.chunk}"):
-                        slot.up_submitted = False
                         self._release_inputs(slot)
                         slot.kernel.eval_async()
                         self._enter(slot, "kernel")
                         progressed = True
                 elif ph == "kernel":
                     if not slot.kernel.is_running:
-                        self._submit_down(slot)
+                        self._submit(slot, "down")
                         progressed = True
                 elif ph == "down":
                     if self._done(slot.down, f"stream download of chunk {slot.chunk}"):
-                        slot.down_submitted = False
                         self._finish_outputs(slot)
                         progressed = True
                 elif ph == "drain":
@@ -423,9 +403,9 @@ class Streamer:
         timeout = self.state.wait_timeout
         stuck = False
         for slot in self.slots:
-            for holder, submitted in ((slot.up, slot.up_submitted),
-                                      (slot.down, slot.down_submitted)):
-                if holder[0] != _vk.NULL and submitted:
+            for holder in (slot.up, slot.down):
+                # (returns at once for a command buffer not submitted, or seen complete)
+                if holder[0] != _vk.NULL:
                     if _vk.seq_wait(holder[0], int(timeout * 1e9), 0) != 0:
                         stuck = True
             if slot.kernel is not None and not slot.kernel.destroyed:
