@@ -41,7 +41,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import os
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -90,6 +90,17 @@ def memory_type_candidates(info: DeviceInfo, kind: str) -> list[int]:
                                                      info.type == "discrete" else 0)
         ranked.append((score, i))
     return [i for _, i in sorted(ranked)]
+
+
+def aligned_empty(shape: tuple[int, ...], dtype: np.dtype, align: int) -> np.ndarray:
+    """An uninitialised C-order array whose data starts on an `align` boundary and whose
+    buffer extends to the next boundary after its end (what a host-memory import needs)."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    size = (nbytes + align - 1) // align * align
+    raw = np.empty(size + align, dtype=np.uint8)
+    off = (-raw.ctypes.data) % align
+    return raw[off:off + nbytes].view(dtype).reshape(shape)
 
 
 class Block:
@@ -380,9 +391,27 @@ class Pool:
         return [b.owner for sub in self._subs.values() for b in sub.blocks.values()
                 if b.owner is not None]
 
-    def host_types(self) -> list[int]:
-        """The memory types host ranges come from, best first (imports try them first)."""
-        return list(self._types["host"])
+    def importable_types(self, address: int, *, others: bool = True) -> list[int]:
+        """The memory types that can import host memory at `address`, best first: the
+        pool's host types, then (with `others`) any other the driver offers; [] when
+        none (or when the device cannot import). Thread-safe: reads no pool state that
+        changes."""
+        bits = _vk.host_pointer_types(self._dev, address) if self.import_align else 0
+        ranked = [t for t in self._types["host"] if bits >> t & 1]
+        if others:
+            ranked += [t for t in range(32) if bits >> t & 1 and t not in ranked]
+        return ranked
+
+    def import_range(self, address: int, size: int, types: list[int]) -> tuple[Any, int] | None:
+        """Imports the host memory [address, address + size) (both aligned to
+        import_align) as a block of the first of `types` the driver accepts: (the block
+        handle, its memory type), or None. Registers nothing: the caller owns the handle
+        (sg_block_destroy) and keeps the memory alive until then. Thread-safe."""
+        out = _vk.out("block")
+        for mem_type in types:
+            if _vk.block_import(self._dev, address, size, mem_type, out) == 0:
+                return _vk.take(out), mem_type
+        return None
 
     def import_host(self, address: int, nbytes: int) -> Allocation | None:
         """A block over the host memory [address, address + nbytes rounded up to the import
@@ -392,20 +421,14 @@ class Pool:
         if not align or address % align:
             return None
         size = (nbytes + align - 1) // align * align
-        bits = _vk.host_pointer_types(self._dev, address)
-        if not bits:
+        got = self.import_range(address, size, self.importable_types(address))
+        if got is None:
             return None
-        ranked = [t for t in self._types["host"] if bits >> t & 1]
-        ranked += [t for t in range(32) if bits >> t & 1 and t not in ranked]
-        out = _vk.out("block")
-        for mem_type in ranked:
-            if _vk.block_import(self._dev, address, size, mem_type, out) == 0:
-                blk = Block(next(self._ids), out[0], address, size, mem_type, None)  # type: ignore[arg-type]
-                blk.nallocs = 1
-                self.imports[blk.id] = blk
-                self.imported += size
-                return Allocation(blk, 0, size, nbytes)
-        return None
+        blk = Block(next(self._ids), got[0], address, size, got[1], None)  # type: ignore[arg-type]
+        blk.nallocs = 1
+        self.imports[blk.id] = blk
+        self.imported += size
+        return Allocation(blk, 0, size, nbytes)
 
     def unimport(self, a: Allocation) -> None:
         blk = self.imports.pop(a.block.id, None)
@@ -592,25 +615,20 @@ class Pool:
         view that stays valid after the block, the tensor and the manager are gone."""
         align = self.import_align
         size = -(-size // align) * align
-        owner = np.empty(size + align, dtype=np.uint8)
-        off = (-owner.ctypes.data) % align
-        owner = owner[off:off + size]
+        owner = aligned_empty((size,), np.dtype(np.uint8), align)
         address = owner.ctypes.data
-        bits = _vk.host_pointer_types(self._dev, address)
-        if not bits:
+        fits = [t for t in self.importable_types(address, others=False)
+                if self.heap_reserved[self._heap_of(t)[0]] + size <= self._heap_of(t)[1]]
+        got = self.import_range(address, size, fits)
+        if got is None:
             return None
-        out = _vk.out("block")
-        for mem_type in [t for t in self._types["host"] if bits >> t & 1]:
-            heap, heap_size = self._heap_of(mem_type)
-            if self.heap_reserved[heap] + size > heap_size:
-                continue
-            if _vk.block_import(self._dev, address, size, mem_type, out) == 0:
-                self.reserved += size
-                self.heap_reserved[heap] += size
-                blk = Block(next(self._ids), _vk.take(out), address, size, mem_type, sub, heap)
-                blk.owner = owner
-                return blk
-        return None
+        handle, mem_type = got
+        heap = self._heap_of(mem_type)[0]
+        self.reserved += size
+        self.heap_reserved[heap] += size
+        blk = Block(next(self._ids), handle, address, size, mem_type, sub, heap)
+        blk.owner = owner
+        return blk
 
     def _create_block(self, sub: SubPool, size: int) -> Block | None:
         if sub.kind == "host" and self.import_align and self.host_blocks_imported:

@@ -18,7 +18,7 @@ import numpy as np
 from scopedgpu import _vk
 from scopedgpu._engine import Engine, fence_wait
 
-__all__ = ["copy", "aligned_empty", "host_to_mapped", "read_back", "upload"]
+__all__ = ["copy", "host_to_mapped", "read_back", "upload"]
 
 PARALLEL_COPY_MIN = 16 << 20     # host copies this large are split over threads
 _copier = None
@@ -48,17 +48,6 @@ def copy(dst: Any, src: Any, nbytes: int) -> None:
     parts = [(i, min(i + step, nbytes)) for i in range(0, nbytes, step)]
     for f in [_copier.submit(np.copyto, d[a:b], s[a:b]) for a, b in parts]:
         f.result()
-
-
-def aligned_empty(shape: tuple[int, ...], dtype: np.dtype, align: int) -> np.ndarray:
-    """An uninitialised C-order array whose data starts on an `align` boundary and whose
-    buffer extends to the next boundary after its end (what a host-memory import needs)."""
-    dtype = np.dtype(dtype)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    size = (nbytes + align - 1) // align * align
-    raw = np.empty(size + align, dtype=np.uint8)
-    off = (-raw.ctypes.data) % align
-    return raw[off:off + nbytes].view(dtype).reshape(shape)
 
 
 def host_to_mapped(address: int, host: np.ndarray, nbytes: int) -> None:

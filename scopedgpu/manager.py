@@ -21,9 +21,8 @@ from scopedgpu._caches import Programs, Reflections, SequenceCache
 from scopedgpu._errors import NoDeviceError
 from scopedgpu._engine import (DEFAULT_WAIT_TIMEOUT, STATES, Engine, Roots,  # noqa: F401
                                abandoned_managers, drain, shutdown, wait_timeout_from)
-from scopedgpu._pool import IMPORT_MIN, Pool
+from scopedgpu._pool import IMPORT_MIN, Pool, aligned_empty
 from scopedgpu._spirv import ShaderInfo
-from scopedgpu._transfer import aligned_empty
 from scopedgpu.algorithm import Algorithm
 from scopedgpu.ops import Op
 from scopedgpu.sequence import Sequence

@@ -136,7 +136,6 @@ class Streamer:
         self.workgroup = workgroup
         pool = self.state.pool
         self.align = pool.import_align
-        self.import_types = pool.host_types()
         ncompute = mgr.queue_count
         ntransfer = _vk.device_transfer_queue_count(self.state.dev)
         self.up_queue = ncompute if ntransfer else 0
@@ -203,16 +202,10 @@ class Streamer:
         addr = h.view.ctypes.data
         start = addr - addr % self.align
         size = -(-(addr + h.view.nbytes - start) // self.align) * self.align
-        bits = _vk.host_pointer_types(self.state.dev, start)
-        if not bits:
-            return
-        ranked = [t for t in self.import_types if bits >> t & 1]
-        ranked += [t for t in range(32) if bits >> t & 1 and t not in ranked]
-        out = _vk.out("block")
-        for mem_type in ranked:
-            if _vk.block_import(self.state.dev, start, size, mem_type, out) == 0:
-                h.block, h.offset = out[0], addr - start
-                return
+        pool = self.state.pool
+        got = pool.import_range(start, size, pool.importable_types(start))
+        if got is not None:
+            h.block, h.offset = got[0], addr - start
 
     def _start_chunk(self, slot: _Slot, k: int) -> None:
         lo, hi = k * self.chunk_rows, min(self.rows, (k + 1) * self.chunk_rows)

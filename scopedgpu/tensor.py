@@ -10,8 +10,8 @@ import numpy as np
 from scopedgpu._base import Child, Handle, ids
 from scopedgpu._engine import Engine
 from scopedgpu._errors import ScopedGPUError
-from scopedgpu._pool import SMALL_LIMIT, Allocation
-from scopedgpu._transfer import aligned_empty, host_to_mapped, read_back, upload
+from scopedgpu._pool import SMALL_LIMIT, Allocation, aligned_empty
+from scopedgpu._transfer import host_to_mapped, read_back, upload
 
 T = TypeVar("T", bound="Tensor")
 
