@@ -530,6 +530,28 @@ static int warmups(int reps) { return reps / 10 + 2; }
 #define PATH_BUDGET_S 3.0
 #define OUT_OF_TIME(i, start) ((i) >= 2 && now() - (start) > PATH_BUDGET_S)
 
+/* The round trips of the staging and rebar paths: x copied into the mapped memory, the
+ * recorded command buffer submitted and its fence polled, the memory copied out into y
+ * (zeroed first). The timed ones' seconds go to t; returns how many were timed (fewer
+ * than reps when the path ran out of time), -1 on a failure (task_error says which). */
+static int memcpy_round_trips(cmdctx *c, void *mapped, const char *x, char *y,
+                              uint64_t bytes, int reps, double *t) {
+    memset(y, 0, bytes);
+    double start = now();
+    for (int i = -warmups(reps); i < reps; i++) {
+        double t0 = now();
+        memcpy(mapped, x, bytes);
+        TRY(submit_to(queue, c));
+        TRY(fence_poll(c));
+        memcpy(y, mapped, bytes);
+        if (i >= 0) t[i] = now() - t0;
+        if (OUT_OF_TIME(i, start)) return i + 1;
+    }
+    return reps;
+fail:
+    return -1;
+}
+
 static void path_staging(xfer_path *p, const char *x, char *y, uint64_t bytes, int reps,
                          double *t) {
     buffer st = {0}, gpu = {0};
@@ -544,20 +566,8 @@ static void path_staging(xfer_path *p, const char *x, char *y, uint64_t bytes, i
     copy(c.cb, &gpu, 0, &st, 0, bytes);
     xbarrier(c.cb, VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
     TRY(vkEndCommandBuffer(c.cb));
-    memset(y, 0, bytes);
-    double start = now();
-    for (int i = -warmups(reps); i < reps; i++) {
-        double t0 = now();
-        memcpy(st.ptr, x, bytes);
-        TRY(submit_to(queue, &c));
-        TRY(fence_poll(&c));
-        memcpy(y, st.ptr, bytes);
-        if (i >= 0) t[i] = now() - t0;
-        if (OUT_OF_TIME(i, start)) {
-            reps = i + 1;
-            break;
-        }
-    }
+    reps = memcpy_round_trips(&c, st.ptr, x, y, bytes, reps, t);
+    if (reps < 0) goto fail;
     p->ok = !memcmp(x, y, bytes);
     path_done(p, t, reps);
 fail:
@@ -585,20 +595,8 @@ static void path_rebar(xfer_path *p, const char *x, char *y, uint64_t bytes, int
     barrier(c.cb, VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_WRITE_BIT, GPU_STAGES, ALL_GPU);
     barrier(c.cb, GPU_STAGES, ALL_WRITES, VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
     TRY(vkEndCommandBuffer(c.cb));
-    memset(y, 0, bytes);
-    double start = now();
-    for (int i = -warmups(reps); i < reps; i++) {
-        double t0 = now();
-        memcpy(rb.ptr, x, bytes);
-        TRY(submit_to(queue, &c));
-        TRY(fence_poll(&c));
-        memcpy(y, rb.ptr, bytes);
-        if (i >= 0) t[i] = now() - t0;
-        if (OUT_OF_TIME(i, start)) {
-            reps = i + 1;
-            break;
-        }
-    }
+    reps = memcpy_round_trips(&c, rb.ptr, x, y, bytes, reps, t);
+    if (reps < 0) goto fail;
     p->ok = !memcmp(x, y, bytes);
     path_done(p, t, reps);
 fail:
