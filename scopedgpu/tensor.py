@@ -274,12 +274,11 @@ class Tensor(Child):
         the device with OpTensorSyncDevice; OpTensorSyncLocal refreshes it. The array stays
         valid after the tensor is destroyed, holding the data as of the last sync."""
         self._check()
-        if not self._zero_copy and self._kind == "device" and not self._lent:
-            with self._engine.lock:
-                self._adopt_stage()
-                # Not switched (work ran): data() stays this array for good, since the
-                # caller may hold it.
-                self._lent = not self._zero_copy
+        if not self._zero_copy and not self._lent:
+            self._adopt_stage()
+            # Not switched (work ran): data() stays this array for good, since the caller
+            # may hold it.
+            self._lent = not self._zero_copy
         if self._host is None:
             raise ScopedGPUError(
                 f"{self!r} has no host memory (kind 'storage'): copy it into a 'device' or "
@@ -325,23 +324,28 @@ class Tensor(Child):
         """Makes the staging range data() itself where it is numpy memory (a host block
         of imported memory): the sync ops then copy nothing on the host. Only while no
         sequence runs (a download in flight would land beside the host copy taken over
-        here), and before anyone held data(): data() and the first sync call it. The lock
-        is held."""
+        here), and before anyone held data(): data(), the first sync and the recording of
+        a download call it. Where the range is not numpy memory, it never will be:
+        `_lent` then stops the callers from trying again."""
+        if self._zero_copy or self._lent:
+            return
         stage = self._stage
-        if self._zero_copy or self._lent or stage is None or self._engine.running:
-            return
-        owner = stage.block.owner
+        owner = stage.block.owner if stage is not None else None
         host = self._host
-        if owner is None or host is None or self._th.view is not None or not self._nbytes:
+        if stage is None or owner is None or host is None or not self._nbytes:
+            self._lent = True
             return
-        # One exporter object per tensor under every view of data(): numpy collapses the
-        # bases of slices onto it, so it lives exactly as long as some view does.
-        buf = (ctypes.c_char * self._nbytes).from_buffer(owner, stage.offset)  # type: ignore[arg-type]
-        view = np.frombuffer(buf, dtype=self._dtype).reshape(self._shape)  # type: ignore[call-overload]
-        np.copyto(view, host)
-        self._th.view = weakref.ref(buf)
-        self._host = view
-        self._zero_copy = True
+        with self._engine.lock:
+            if self._engine.running:
+                return
+            # One exporter object per tensor under every view of data(): numpy collapses
+            # the bases of slices onto it, so it lives exactly as long as some view does.
+            buf = (ctypes.c_char * self._nbytes).from_buffer(owner, stage.offset)  # type: ignore[arg-type]
+            view = np.frombuffer(buf, dtype=self._dtype).reshape(self._shape)  # type: ignore[call-overload]
+            np.copyto(view, host)
+            self._th.view = weakref.ref(buf)
+            self._host = view
+            self._zero_copy = True
 
     def write_mapped(self) -> None:
         """Copies the host data into the host-visible range the device reads (before a
@@ -349,11 +353,9 @@ class Tensor(Child):
         package-internal)."""
         if self._zero_copy:
             return
-        if self._kind == "device" and self._stage is not None and \
-                self._stage.block.owner is not None and self._th.view is None:
-            self._adopt_stage()
-            if self._zero_copy:
-                return
+        self._adopt_stage()
+        if self._zero_copy:
+            return
         host = self._host
         assert host is not None and self._mapped is not None
         host_to_mapped(self._mapped.address, host, self._nbytes)
@@ -362,11 +364,9 @@ class Tensor(Child):
         """The copy that refreshes the host data after a download: (destination, source,
         bytes), plain pointers that refer to no scopedgpu object; None when the download
         lands in data() itself (package-internal)."""
-        if not self._zero_copy and self._kind == "device":
-            # Recording a download: the moment to make data() the staging range, or every
-            # completion of this recording would copy the range into the host copy.
-            with self._engine.lock:
-                self._adopt_stage()
+        # Recording a download: the moment to make data() the staging range, or every
+        # completion of this recording would copy the range into the host copy.
+        self._adopt_stage()
         if self._zero_copy:
             return None
         host = self._host
