@@ -352,6 +352,16 @@ def abandoned_managers() -> int:
     return len(ABANDONED)
 
 
+def _sleep_unlocked(state: Engine, seconds: float) -> None:
+    """Sleeps with the manager's lock (held once) released, so that other threads can
+    finish what they do under it."""
+    state.lock.release()
+    try:
+        time.sleep(seconds)
+    finally:
+        state.lock.acquire()
+
+
 def shutdown(state: Engine) -> None:
     """Closes a manager: waits for all GPU work (at most state.wait_timeout seconds), then
     destroys sequences, algorithms, tensors, pipelines, memory blocks, the device and the
@@ -373,11 +383,7 @@ def shutdown(state: Engine) -> None:
             state.closing = True
             deadline = time.monotonic() + (0.0 if state.gave_up else state.wait_timeout)
             while state.streams and time.monotonic() < deadline:
-                state.lock.release()   # the streams free under it
-                try:
-                    time.sleep(0.002)
-                finally:
-                    state.lock.acquire()
+                _sleep_unlocked(state, 0.002)   # the streams free under the lock
         if state.dev is not None:
             try:
                 still = drain(state, 0.0 if state.gave_up else state.wait_timeout)
@@ -442,11 +448,7 @@ def shutdown(state: Engine) -> None:
             # Threads still inside a fence wait on a destroyed sequence return at once (the
             # device is idle) and free it; the device must outlive that.
             while state.doomed:
-                state.lock.release()
-                try:
-                    time.sleep(0.001)
-                finally:
-                    state.lock.acquire()
+                _sleep_unlocked(state, 0.001)
             if state.programs is not None:
                 state.programs.destroy_all()
             if state.pool is not None:
