@@ -3,6 +3,7 @@ chunks, numpy in, numpy out, with Manager.stream() (upload, kernel and download 
 successive chunks overlapped, on the device's transfer queues when it has them)."""
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,11 @@ from scopedgpu.ops import elementwise_groups
 
 # out = a * x + y, out of place (bindings x, y, out; a float push constant).
 SAXPY_OUT = Path(__file__).resolve().parent / "shaders" / "saxpy_out.spv"
+
+
+@functools.lru_cache(maxsize=1)
+def _saxpy_out() -> bytes:
+    return SAXPY_OUT.read_bytes()   # once: the figure times repeated calls
 
 
 def scopedgpu_stream(mgr: sg.Manager, x: np.ndarray, y: np.ndarray, alpha: float,
@@ -24,6 +30,6 @@ def scopedgpu_stream(mgr: sg.Manager, x: np.ndarray, y: np.ndarray, alpha: float
         out = np.empty_like(x)
     c = max(4, min(x.size, chunk_bytes // 4))
     groups = elementwise_groups(c, mgr.device.max_workgroup_count[0])
-    mgr.stream(SAXPY_OUT.read_bytes(), inputs=[x, y], outputs=[out],
+    mgr.stream(_saxpy_out(), inputs=[x, y], outputs=[out],
                push_consts=[float(alpha)], chunk_bytes=c * 4, workgroup=groups)
     return out
