@@ -109,7 +109,8 @@ def test_closed_manager_raises_destroyed():
 
 
 @pytest.mark.parametrize("phase", ["pin", "up", "kernel", "down", "drain", "free"])
-def test_interrupt_in_any_phase_frees_everything_after_the_gpu(mgr, monkeypatch, phase):
+def test_interrupt_in_any_phase_frees_everything_after_the_gpu(mgr, monkeypatch, phase,
+                                                               host_mode):
     """A KeyboardInterrupt as the second chunk enters `phase`: stream() raises it, and has
     waited for everything submitted before freeing (the mgr fixture checks the live
     counts; the validation layer, when on, checks nothing was freed in use)."""
@@ -129,7 +130,7 @@ def test_interrupt_in_any_phase_frees_everything_after_the_gpu(mgr, monkeypatch,
         mgr.stream(SAXPY, inputs=[x, y], outputs=[y], push_consts=[1.0],
                    chunk_bytes=1 << 14, depth=3)
     assert (1, phase) in seen
-    monkeypatch.undo()
+    monkeypatch.setattr(sst.Streamer, "_enter", orig)
     # still usable
     y[:] = 1
     mgr.stream(SAXPY, inputs=[x, y], outputs=[y], push_consts=[1.0], chunk_bytes=1 << 14)
