@@ -17,11 +17,13 @@ from scopedgpu.glsl import compile_glsl
 from scopedgpu.manager import Manager, abandoned_managers, live_vulkan_objects
 from scopedgpu.ops import (Op, OpAlgoDispatch, OpMemoryBarrier, OpMult, OpTensorCopy,
                            OpTensorSyncDevice, OpTensorSyncLocal)
+from scopedgpu.pinned import Pinned
 from scopedgpu.sequence import Sequence
 from scopedgpu.tensor import Tensor
 
 __all__ = [
     "__version__", "devices", "DeviceInfo", "Manager", "Tensor", "Algorithm", "Sequence",
+    "Pinned",
     "Op", "OpTensorSyncDevice", "OpTensorSyncLocal", "OpAlgoDispatch", "OpTensorCopy", "OpMult",
     "OpMemoryBarrier", "compile_glsl", "live_vulkan_objects",
     "abandoned_managers",

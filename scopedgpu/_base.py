@@ -32,6 +32,7 @@ COPY_HINTS = {
               "device with OpTensorCopy([t, mgr.empty(t.shape, t.dtype)])",
     "algorithm": "create another one with mgr.algorithm(algo.tensors, spirv, ...)",
     "sequence": "create a new one with mgr.sequence() and record the operations into it",
+    "pinned arrays": "pin the same arrays again with mgr.pinned(*p.arrays)",
     "manager": "open another one with sg.Manager(...) (in another process, open it there)",
 }
 

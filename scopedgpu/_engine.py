@@ -98,6 +98,9 @@ class Engine(Validation):
         # own): close() sets `closing` and waits until they stopped and freed.
         self.streams: set[object] = set()
         self.closing = False
+        # Manager.pinned() objects not yet destroyed (scopedgpu.pinned.Pinned), weak like
+        # the other children: stream() looks up its arrays here.
+        self.pins = ChildSet()
         self.pid = os.getpid()
         # Set in a child process after os.fork(): nothing inherited may reach Vulkan.
         self.forked = False
@@ -155,6 +158,7 @@ class Engine(Validation):
         self.tensors.refs.pop(ref, None)
         self.algorithms.refs.pop(ref, None)
         self.sequences.refs.pop(ref, None)
+        self.pins.refs.pop(ref, None)
         self.garbage.append(handle)
 
     def finish_oneoffs(self, wait: bool = False) -> None:
@@ -322,7 +326,11 @@ def abandon(state: Engine, still: list[str], why: str) -> None:
     device with work pending). The device, its memory and Vulkan objects stay allocated
     until the process exits; live_vulkan_objects() still counts them."""
     state.abandoned = True
-    for group in (state.sequences, state.algorithms, state.tensors):
+    # The arrays under Manager.pinned() imports (of live Pinned objects, and of collected
+    # ones whose release is queued), before the objects let go of their handles.
+    pinned = [a for p in state.pins for a in p.arrays]
+    pinned += [a for h in state.garbage for a in (getattr(h, "arrays", None) or [])]
+    for group in (state.sequences, state.algorithms, state.tensors, state.pins):
         for obj in list(group):
             obj.mark_destroyed()
         group.clear()
@@ -335,6 +343,7 @@ def abandon(state: Engine, still: list[str], why: str) -> None:
     if state.pool is not None:
         keep += state.pool.host_memory()
     keep += [getattr(h, "host", None) for h in state.handles.values()]
+    keep += pinned
     for arr in keep:
         if arr is not None:
             ctypes.pythonapi.Py_IncRef(ctypes.py_object(arr))
@@ -352,7 +361,7 @@ def abandoned_managers() -> int:
     return len(ABANDONED)
 
 
-def _sleep_unlocked(state: Engine, seconds: float) -> None:
+def sleep_unlocked(state: Engine, seconds: float) -> None:
     """Sleeps with the manager's lock (held once) released, so that other threads can
     finish what they do under it."""
     state.lock.release()
@@ -383,7 +392,7 @@ def shutdown(state: Engine) -> None:
             state.closing = True
             deadline = time.monotonic() + (0.0 if state.gave_up else state.wait_timeout)
             while state.streams and time.monotonic() < deadline:
-                _sleep_unlocked(state, 0.002)   # the streams free under the lock
+                sleep_unlocked(state, 0.002)   # the streams free under the lock
         if state.dev is not None:
             try:
                 still = drain(state, 0.0 if state.gave_up else state.wait_timeout)
@@ -422,7 +431,7 @@ def shutdown(state: Engine) -> None:
             state.deferred.clear()
             while state.garbage:
                 state.garbage.popleft().release(state, True)
-            for group in (state.sequences, state.algorithms, state.tensors):
+            for group in (state.sequences, state.algorithms, state.tensors, state.pins):
                 for obj in list(group):
                     h = obj.mark_destroyed()
                     if h is not None:
@@ -448,7 +457,7 @@ def shutdown(state: Engine) -> None:
             # Threads still inside a fence wait on a destroyed sequence return at once (the
             # device is idle) and free it; the device must outlive that.
             while state.doomed:
-                _sleep_unlocked(state, 0.001)
+                sleep_unlocked(state, 0.001)
             if state.programs is not None:
                 state.programs.destroy_all()
             if state.pool is not None:
@@ -476,7 +485,7 @@ def after_fork() -> None:
         state.closed = True
         # Another thread of the parent may have held it at the fork.
         state.lock = threading.RLock()
-        for group in (state.sequences, state.algorithms, state.tensors):
+        for group in (state.sequences, state.algorithms, state.tensors, state.pins):
             for obj in list(group):
                 obj.mark_destroyed()
     ABANDONED.clear()

@@ -25,6 +25,7 @@ from scopedgpu._pool import IMPORT_MIN, Pool, aligned_empty
 from scopedgpu._spirv import ShaderInfo
 from scopedgpu.algorithm import Algorithm
 from scopedgpu.ops import Op
+from scopedgpu.pinned import Pinned, pin
 from scopedgpu.sequence import Sequence
 from scopedgpu.stream import stream
 from scopedgpu.tensor import KINDS, Tensor, dtype_feature
@@ -390,6 +391,17 @@ class Manager:
                       spec_consts=spec_consts, workgroup=workgroup, chunk_bytes=chunk_bytes,
                       depth=depth, workers=workers)
 
+    def pinned(self, *arrays: np.ndarray) -> Pinned:
+        """Imports the memory of C-contiguous numpy arrays into the device, once, for
+        stream() to move their chunks by DMA alone (no copy through staging, no import per
+        chunk): `with mgr.pinned(x, y, out): mgr.stream(...)`. The arrays stay ordinary
+        numpy arrays. The returned Pinned frees the imports at destroy() or at the end of
+        its `with` block, after any stream() using them returned (or once it became
+        unreachable); close() frees what is left. An array the device cannot import is
+        left out (`Pinned.unpinned` says why, `pinned_bytes` counts what was imported)
+        and stream() copies it as usual."""
+        return pin(self, self._open(), list(arrays))
+
     def run(self, *ops: Op) -> None:
         """Records the ops in an anonymous sequence, evaluates it and destroys it."""
         with self.sequence() as seq:
@@ -427,7 +439,7 @@ class Manager:
         with st.lock:
             if st.closed:
                 counts = {name: 0 for name in _vk.LIVE_NAMES if name != "instances"}
-                counts.update(tensors=0, algorithms=0, sequences=0, cached_sequences=0)
+                counts.update(tensors=0, algorithms=0, sequences=0, cached_sequences=0, pinned=0)
                 return counts
             st.collect()
             counts = shim_live_counts(st.dev)
@@ -440,6 +452,7 @@ class Manager:
             counts["algorithms"] = len(st.algorithms)
             counts["sequences"] = len(st.sequences)
             counts["pending_releases"] = len(st.deferred)
+            counts["pinned"] = len(st.pins)
             return counts
 
     def wait_idle(self) -> None:

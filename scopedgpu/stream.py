@@ -73,13 +73,16 @@ def _arrays(arrays: Any, what: str, writable: bool) -> list[np.ndarray]:
 class _Host:
     """The host memory of one chunk of one array, as the device sees it: an imported
     block (no copy) or the slot's staging range (copied by a worker)."""
-    __slots__ = ("view", "block", "offset", "staged")
+    __slots__ = ("view", "block", "offset", "staged", "pinned")
 
-    def __init__(self, view: np.ndarray):
+    def __init__(self, view: np.ndarray, pinned: list[tuple[Any, int, int]] | None):
         self.view = view
         self.block: Any = None      # sg_block * of the import, or of the staging range
         self.offset = 0
         self.staged: Any = None     # the slot's staging Allocation, when staged
+        # In a Manager.pinned() array: its (block, offset, bytes) pieces; nothing to do
+        # on the host, and nothing to release.
+        self.pinned = pinned
 
 
 class _Slot:
@@ -145,7 +148,10 @@ class Streamer:
                                              thread_name_prefix="scopedgpu-stream")
         self.pin_lock = threading.Lock()
         self.torn_down = False
-        self.imported = self.staged = 0   # chunks of arrays reached each way (approximate)
+        self.imported = self.staged = self.pinned = 0   # chunks of arrays reached each way
+        # Per array, the Manager.pinned() object holding all of it (or None): a Pinned
+        # is not released while a stream in engine.streams lists it here.
+        self.pins: list[Any] = [None] * len(arrays)
         self.trace: list[tuple[int, str, float]] | None = (
             [] if os.environ.get("SCOPEDGPU_STREAM_TRACE") else None)
         # How chunks reach the device: "stage" (copied into pinned staging by the workers,
@@ -210,9 +216,11 @@ class Streamer:
     def _start_chunk(self, slot: _Slot, k: int) -> None:
         lo, hi = k * self.chunk_rows, min(self.rows, (k + 1) * self.chunk_rows)
         slot.chunk = k
-        slot.hosts = [_Host(a[lo:hi]) for a in self.arrays]
+        slot.hosts = [_Host(a[lo:hi], p and p.copies(a[lo:hi]))
+                      for a, p in zip(self.arrays, self.pins)]
         slot.futures = [self.workers.submit(self._prepare, slot, i)
-                        for i in range(len(slot.hosts))]
+                        for i, h in enumerate(slot.hosts) if h.pinned is None]
+        self.pinned += sum(h.pinned is not None for h in slot.hosts)
         self._enter(slot, "pin")
 
     # -- command buffers ----------------------------------------------------------------------
@@ -238,7 +246,14 @@ class Streamer:
         pairs = []
         for i in self.up_idx if up else self.down_idx:
             h, g = slot.hosts[i], slot.tensors[i].gpu_range
-            if h.view.nbytes:
+            if h.pinned is not None:
+                dev_off = g.offset
+                for blk, off, n in h.pinned:
+                    host, dev = (blk, off), (g.block.handle, dev_off)
+                    src, dst = (host, dev) if up else (dev, host)
+                    pairs.append((*src, *dst, n))
+                    dev_off += n
+            elif h.view.nbytes:
                 host, dev = (h.block, h.offset), (g.block.handle, g.offset)
                 src, dst = (host, dev) if up else (dev, host)
                 pairs.append((*src, *dst, h.view.nbytes))
@@ -297,7 +312,7 @@ class Streamer:
         with st.lock:
             st.check_open()
             self._check_closing()
-        token = object()
+        token = self   # (Pinned.release() reads its pins)
         # A Ctrl-C may cut any line short, cleanup included: each step below is undone in
         # a finally, and a cleanup cut short runs again from the enclosing one. (All three
         # `try:` come first: an interrupt at a `try:` line reaches none of its handlers.)
@@ -305,6 +320,7 @@ class Streamer:
             try:
                 try:
                     st.streams.add(token)   # close() from another thread now waits for it
+                    self._hold_pins()
                     self._setup()
                     self._loop()
                 finally:
@@ -316,6 +332,16 @@ class Streamer:
         finally:
             if token in st.streams:
                 st.streams.discard(token)
+
+    def _hold_pins(self) -> None:
+        """Finds the Manager.pinned() object holding each whole array (this stream is in
+        engine.streams: none of them is released until it leaves)."""
+        with self.state.lock:
+            for i, a in enumerate(self.arrays):
+                for p in self.state.pins:
+                    if p.usable(a):
+                        self.pins[i] = p
+                        break
 
     def _enter(self, slot: _Slot, phase: str) -> None:
         """A slot's chunk enters a step (the one place phases change; traced here)."""
@@ -411,6 +437,9 @@ class Streamer:
                 except BaseException:
                     pass
         if stuck:
+            for p in self.pins:
+                if p is not None:
+                    p.kept = True   # the GPU may still use the pinned arrays
             log.error("scopedgpu: a stream's GPU work did not finish within %g s; its "
                       "memory stays allocated until the process exits", timeout)
             self.workers.shutdown(wait=True)
