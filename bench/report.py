@@ -30,6 +30,8 @@ FIGURES = [
            f">= {SPEC_TRANSFER_RATIO:.0%} of C DMA"),
     Figure("stream_saxpy", "numpy -> saxpy -> numpy, streamed in chunks", "GB/s",
            f">= {SPEC_STREAM_RATIO:.0%} of C concurrent DMA"),
+    Figure("stream_saxpy_pinned", "the same, streamed from pinned arrays", "GB/s",
+           f">= {SPEC_STREAM_RATIO:.0%} of C concurrent DMA"),
     Figure("seq_churn", "anonymous sequences create/record/eval/destroy", "1/s",
            f">= {SPEC_SEQ_CHURN:,}/s"),
     Figure("tensor_churn", "tensors alloc+free, with many live", "1/s",

@@ -251,21 +251,41 @@ def bench_stream(b: Bench) -> None:
     warm = min(n, 2 * (chunk // 4))
     out = np.empty_like(x)
     out.fill(0)         # its pages exist before the timed runs, as x's and y's do
-    scopedgpu_stream(mgr, x[:warm], y[:warm], alpha, chunk, out=out[:warm])
-    times: list[float] = []
     budget = 0.3 if b.quick else 10.0
-    start = time.perf_counter()
-    while not times or (len(times) < 5 and time.perf_counter() - start < budget):
-        t0 = time.perf_counter()
-        scopedgpu_stream(mgr, x, y, alpha, chunk, out=out)
-        times.append(time.perf_counter() - t0)
-    mgr.empty_cache()
+    # Checked at random points and at every chunk edge, after each of the two ways.
     idx = np.random.default_rng(0).integers(0, n, 4096)
     edges = np.arange(0, n, max(1, chunk // 4))
     idx = np.concatenate([idx, edges, np.maximum(edges - 1, 0), [n - 1]])
     ref = np.float32(alpha) * x[idx] + y[idx]
-    ok = bool(np.allclose(out[idx], ref, rtol=1e-6, atol=0))
+
+    def check(out: np.ndarray) -> bool:
+        good = bool(np.allclose(out[idx], ref, rtol=1e-6, atol=0))
+        out[idx] = 0
+        return good
+
+    def timed(x: np.ndarray, y: np.ndarray, out: np.ndarray) -> list[float]:
+        scopedgpu_stream(mgr, x[:warm], y[:warm], alpha, chunk, out=out[:warm])
+        times: list[float] = []
+        start = time.perf_counter()
+        while not times or (len(times) < 5 and time.perf_counter() - start < budget):
+            t0 = time.perf_counter()
+            scopedgpu_stream(mgr, x, y, alpha, chunk, out=out)
+            times.append(time.perf_counter() - t0)
+        return times
+
+    times = timed(x, y, out)
+    ok = check(out)
+    # The same with the three arrays pinned (Manager.pinned: imported once, streamed by
+    # DMA alone); the pinning is timed apart.
+    t0 = time.perf_counter()
+    with mgr.pinned(x, y, out) as pins:
+        pin_s = time.perf_counter() - t0
+        pinned_times = timed(x, y, out) if pins.pinned_bytes else []
+        pinned_why = "; ".join(sorted(set(pins.unpinned.values())))
+    ok = ok and check(out)
+    mgr.empty_cache()
     del x, y, out
+    pinned_gbps = 3 * nbytes / statistics.median(pinned_times) / 1e9 if pinned_times else None
     med = statistics.median(times)
     gbps = 3 * nbytes / med / 1e9
     # The C side: at least as many bytes each way as one stream moves in, several GiB on
@@ -284,8 +304,16 @@ def bench_stream(b: Bench) -> None:
           c_queues=cres.get("queues"), c_h2d_gbps=cres.get("h2d_gbps"),
           c_d2h_gbps=cres.get("d2h_gbps"), c_bytes_each_way=cres.get("bytes_each_way"),
           c_chunk=cres.get("chunk"), c_error=cres.get("error"))
+    pratio = pinned_gbps / c_rate if c_rate and pinned_gbps else None
+    b.fig("stream_saxpy_pinned", pinned_gbps, c_rate, "C: concurrent H2D+D2H DMA",
+          "scopedgpu / C", None if pratio is None else pratio >= SPEC_STREAM_RATIO,
+          bytes=nbytes, chunk_bytes=chunk, reps=len(pinned_times), data_ok=ok,
+          api="Manager.pinned(x, y, out) around Manager.stream", pin_seconds=pin_s,
+          pin_gbps=3 * nbytes / pin_s / 1e9 if pin_s else None, not_pinned=pinned_why or None)
     if not ok:
         raise AssertionError("stream_saxpy: the streamed result differs from numpy's")
     b.p.say(f"stream: {nbytes / MiB:,.0f} MiB in {chunk / MiB:g} MiB chunks: scopedgpu "
             f"{gbps:.2f} GB/s (input + output), C concurrent DMA {c_rate} GB/s "
             f"({cres.get('queues')}; H2D {cres.get('h2d_gbps')}, D2H {cres.get('d2h_gbps')})")
+    b.p.say(f"stream, arrays pinned: {pinned_gbps} GB/s (pinning {pin_s:.3f} s; "
+            f"{pinned_why or 'all pinned'})")

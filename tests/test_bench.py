@@ -87,6 +87,11 @@ def test_bench_quick_streams_saxpy_against_concurrent_dma(quick_run):
     assert number(f["value"]) and number(f["yardstick"]) and number(f["ratio"])
     assert number(f["c_h2d_gbps"]) and number(f["c_d2h_gbps"])
     assert f["c_error"] is None and f["c_queues"]
+    # the same arrays pinned (lavapipe can import): checked, timed, the pinning apart
+    p = data["figures"]["stream_saxpy_pinned"]
+    assert p["data_ok"] is True and p["not_pinned"] is None and p["reps"] >= 1
+    assert number(p["value"]) and number(p["ratio"]) and number(p["pin_seconds"])
+    assert p["yardstick"] == f["yardstick"]
 
 
 def test_bench_quick_plots_the_sweep_next_to_the_json(quick_run):
