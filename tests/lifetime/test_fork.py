@@ -30,6 +30,10 @@ b = m.empty(64)
 algo = m.algorithm([a, b], add_one_spirv(np.float32))
 seq = m.sequence("s").record(sg.OpTensorSyncDevice([a])).record(sg.OpAlgoDispatch(algo))
 seq.record(sg.OpTensorSyncLocal([b])).eval()
+px = np.arange(4096, dtype=np.float32)
+py = np.ones(4096, dtype=np.float32)
+pins = m.pinned(px, py)
+assert pins.pinned_bytes > 0
 f = flag_tensor(m)
 busy = busy_sequence(m, f)
 if {running}:
@@ -55,6 +59,11 @@ set_flag(f)
 busy.eval_await(60)
 seq.eval()
 assert (b.data() == np.arange(64) + 1).all()
+from scopedgpu._shaders import builtin_spirv
+m.stream(builtin_spirv("saxpy"), inputs=[px, py], outputs=[py], push_consts=[2.0],
+         chunk_bytes=4096)
+assert (py == 2 * px + 1).all()
+pins.destroy()
 m.close()
 print("parent ok")
 """
@@ -78,7 +87,10 @@ CHILDREN = {
     expect_fork_error(lambda: busy.eval_await())
     expect_fork_error(lambda: a.numpy())
     expect_fork_error(lambda: algo.tensors and sg.OpAlgoDispatch(algo))
-    a.destroy(); seq.destroy()          # idempotent no-ops: no Vulkan call
+    expect_fork_error(lambda: m.pinned(px))
+    expect_fork_error(lambda: pins.__enter__())
+    assert pins.destroyed
+    a.destroy(); seq.destroy(); pins.destroy()    # idempotent no-ops: no Vulkan call
     m.close()
     assert m.closed
     print("child uses ok", flush=True)

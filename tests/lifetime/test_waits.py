@@ -77,6 +77,18 @@ GIVE_UP = {
         assert waiter_error, "the waiting thread returned without an error"
         print("closed", sg.abandoned_managers())
     """,
+    "close_with_pinned_arrays": """
+        px = np.ones(1 << 16, np.float32)
+        pins = m.pinned(px)
+        assert pins.pinned_bytes > 0
+        refs = sys.getrefcount(px)
+        m.close()
+        assert pins.destroyed
+        pins.destroy()                  # a no-op
+        # kept alive for good: the abandoned device still has the memory imported
+        assert sys.getrefcount(px) == refs + 1, (sys.getrefcount(px), refs)
+        print("closed", sg.abandoned_managers())
+    """,
     "collector": """
         del seq, f, m
         gc.collect()
