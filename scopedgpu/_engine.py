@@ -94,9 +94,10 @@ class Engine(Validation):
         super().__init__()
         self.lock = threading.RLock()
         self.closed = False
-        # Manager.stream() calls under way (a token each; their command buffers are their
-        # own): close() sets `closing` and waits until they stopped and freed.
-        self.streams: set[object] = set()
+        # Manager.stream() calls under way (their Streamer each; their command buffers are
+        # their own): close() sets `closing` and waits until they stopped and freed, and
+        # Pinned.destroy() waits for those that use its arrays.
+        self.streams: set[Any] = set()
         self.closing = False
         # Manager.pinned() objects not yet destroyed (scopedgpu.pinned.Pinned), weak like
         # the other children: stream() looks up its arrays here.

@@ -156,6 +156,8 @@ class Pinned(Child):
             deadline = time.monotonic() + eng.wait_timeout
             while self._in_use() and time.monotonic() < deadline and not eng.closed:
                 sleep_unlocked(eng, 0.001)
+            if self._destroyed:
+                return                  # close() ran meanwhile and freed them
             if self.kept or self._in_use():
                 log.error("scopedgpu: pinned arrays still used by a stream() whose GPU work "
                           "did not finish; their imports stay until the manager closes")

@@ -312,7 +312,7 @@ class Streamer:
         with st.lock:
             st.check_open()
             self._check_closing()
-        token = self   # (Pinned.release() reads its pins)
+        token = self   # (Pinned.destroy() reads its pins)
         # A Ctrl-C may cut any line short, cleanup included: each step below is undone in
         # a finally, and a cleanup cut short runs again from the enclosing one. (All three
         # `try:` come first: an interrupt at a `try:` line reaches none of its handlers.)
