@@ -162,6 +162,13 @@ class Engine(Validation):
         self.pins.refs.pop(ref, None)
         self.garbage.append(handle)
 
+    def free_doomed(self, closing: bool) -> None:
+        """Frees the doomed sequence handles that no thread waits on any more. The last
+        waiter normally does it as it leaves; one cut short by Ctrl-C in that cleanup
+        leaves it to this (collect(), close())."""
+        for h in [h for h in self.doomed if not h.waiters]:  # type: ignore[attr-defined]
+            h.destroy_now(self, closing)  # type: ignore[attr-defined]
+
     def finish_oneoffs(self, wait: bool = False) -> None:
         """Frees the one-off command buffers (storage uploads) whose work completed, and
         their staging ranges; with wait=True, waits for those still pending first (an
@@ -228,6 +235,8 @@ class Engine(Validation):
                     seq.finish()
         if self.oneoffs:
             self.finish_oneoffs()
+        if self.doomed:
+            self.free_doomed(False)
         limbo = self.limbo
         if limbo:
             for i in range(len(limbo) - 1, -1, -1):
@@ -456,9 +465,21 @@ def shutdown(state: Engine) -> None:
                     _vk.seq_destroy(_vk.take(holder))
             state.oneoffs.clear()   # the staging ranges go with the pool
             # Threads still inside a fence wait on a destroyed sequence return at once (the
-            # device is idle) and free it; the device must outlive that.
+            # device is idle) and free it; the device must outlive that. Bounded: a
+            # waiter that never leaves (its token outlived it) keeps the device, as work
+            # given up on does, rather than hang close() or free the fence under it.
+            deadline = time.monotonic() + state.wait_timeout
             while state.doomed:
+                state.free_doomed(True)
+                if not state.doomed or time.monotonic() >= deadline:
+                    break
                 sleep_unlocked(state, 0.001)
+            if state.doomed:
+                abandon(state, [f"{len(state.doomed)} fence wait(s) never left"],
+                        f"after {state.wait_timeout:g} s")
+                if interrupted is not None:
+                    raise interrupted
+                return
             if state.programs is not None:
                 state.programs.destroy_all()
             if state.pool is not None:

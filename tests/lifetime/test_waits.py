@@ -150,6 +150,48 @@ def test_wait_timeout_argument_and_environment(monkeypatch):
 
 
 # -- in this process: work that ends once the flag is set -------------------------------
+def test_a_doomed_sequence_no_thread_waits_on_is_freed_by_the_next_call(mgr):
+    """A waiter cut short inside its own leaving (Ctrl-C after it dropped its token, before
+    it freed the sequence destroyed meanwhile) left the sequence in `doomed` for good:
+    the next call that collects frees it now."""
+    base = mgr.live_objects()
+    seq = mgr.sequence(timestamps=True)   # not recycled: its command pool goes
+    seq.record(sg.OpTensorSyncDevice([mgr.tensor(np.ones(4, np.float32))])).eval()
+    handle = seq._handle
+    token = object()
+    handle.waiters.add(token)            # a thread inside its fence wait
+    seq.destroy()
+    assert handle in mgr._state.doomed   # the waiter is to free it
+    handle.waiters.discard(token)        # ... and left without doing so
+    assert mgr.live_objects()["command_pools"] == base["command_pools"]
+    assert not mgr._state.doomed
+
+
+CLOSE_WITH_A_WAITER_THAT_NEVER_LEAVES = """
+m = sg.Manager(wait_timeout=0.5)
+seq = m.sequence()
+seq.record(sg.OpTensorSyncDevice([m.tensor(np.ones(4, np.float32))])).eval()
+seq._handle.waiters.add(object())    # a token whose thread never comes back
+seq.destroy()
+start = time.monotonic()
+m.close()
+took = time.monotonic() - start
+assert m.closed and sg.abandoned_managers() == 1, sg.abandoned_managers()
+print("closed in", round(took, 2))
+"""
+
+
+def test_close_with_a_waiter_that_never_leaves_gives_up_instead_of_hanging():
+    """close() waited for the waiters of destroyed sequences without a limit: a token
+    whose thread never came back (a cleanup cut short) hung it for good. Now it waits
+    wait_timeout and keeps the device, as for work given up on."""
+    proc = _run_child(CLOSE_WITH_A_WAITER_THAT_NEVER_LEAVES, timeout=30)
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    assert "closed in" in proc.stdout
+    assert float(proc.stdout.split("closed in")[1]) < 5, proc.stdout
+    assert "fence wait" in proc.stderr, proc.stderr
+
+
 @pytest.mark.allow_scopedgpu_log
 def test_destroying_a_running_sequence_gives_up_and_frees_it_once_complete(caplog):
     m = sg.Manager(wait_timeout=0.3)
