@@ -283,8 +283,27 @@ class Sequence(Child):
     def eval(self, op: Op | None = None) -> Sequence:
         """Submits the recorded operations and waits for them. With an op: clears the
         sequence, records the op, then evaluates (as kp does)."""
-        self.eval_async(op)
-        self._wait(None)
+        if op is not None or self._running or self._destroyed:
+            self.eval_async(op)
+            self._wait(None)
+            return self
+        # The re-evaluation of an idle sequence (the latency figure): eval_async() and
+        # _wait() in two lock sections instead of three, the submission and the waiter's
+        # registration in the first.
+        state = self._state
+        handle: _SeqHandle = self._handle  # type: ignore[assignment]
+        token = object()
+        try:
+            with state.lock:
+                if not self._submit_locked(state):
+                    return self
+                gen = self._gen
+                h = handle.seq
+                handle.waiters.add(token)
+            self._await(state, handle, token, h, gen, None)
+        finally:
+            if token in handle.waiters:   # not left in _await (Ctrl-C)
+                _leave(state, handle, token)
         return self
 
     def eval_async(self, op: Op | None = None) -> Sequence:
@@ -299,72 +318,78 @@ class Sequence(Child):
             self._wait(None)
         state = self._state
         with state.lock:
-            if state.closed:
-                state.check_open()
+            self._submit_locked(state)
+        return self
+
+    def _submit_locked(self, state: Engine) -> bool:
+        """eval_async()'s work under the lock: checks, records when needed, submits.
+        False when there was nothing to submit."""
+        if state.closed:
+            state.check_open()
+        if self._destroyed:
+            self._check()
+        if state.garbage or state.running:
+            state.collect()
+        handle: _SeqHandle = self._handle  # type: ignore[assignment]
+        while self._running or handle.waiters:
+            # Another thread submitted it since the wait above, or still waits on its
+            # fence: a pending command buffer must not be submitted again, nor a
+            # fence reset while it is in use or waited on. Wait, without the lock.
+            state.lock.release()
+            try:
+                if self._running:
+                    self._wait(None)
+                else:
+                    time.sleep(0.0002)   # the waiters are returning
+            finally:
+                state.lock.acquire()
             if self._destroyed:
                 self._check()
-            if state.garbage or state.running:
-                state.collect()
-            handle: _SeqHandle = self._handle  # type: ignore[assignment]
-            while self._running or handle.waiters:
-                # Another thread submitted it since the wait above, or still waits on its
-                # fence: a pending command buffer must not be submitted again, nor a
-                # fence reset while it is in use or waited on. Wait, without the lock.
-                state.lock.release()
-                try:
-                    if self._running:
-                        self._wait(None)
-                    else:
-                        time.sleep(0.0002)   # the waiters are returning
-                finally:
-                    state.lock.acquire()
-                if self._destroyed:
-                    self._check()
-            obj = first_destroyed(self._objs)
-            if obj is not None:
-                raise DestroyedError(
-                        f"{self!r} refers to {obj!r}, which was destroyed; nothing was "
-                    f"submitted. Record the sequence again with live objects "
-                    f"(clear() and record()).")
-            if not self._ops:
-                return self
-            # Host writes below must not race GPU work of other running sequences that
-            # use the same memory: wait for those first.
-            written = self._host_written
-            if written and state.running:
-                for other in state.running_seqs():
-                    if other is not self and not other._inflight.isdisjoint(written):
-                        other._wait_locked()
-            if self._dirty:
-                sig = self._sig
-                if sig and sig == self._handle.sig:  # type: ignore[attr-defined]
-                    # The command buffer already holds exactly these commands.
-                    self._rec_inflight = handles_of(self._objs)
-                    self._dirty = False
-                else:
-                    self._record_commands()
-            for op_ in self._pre_ops:
-                op_.pre_submit()
-            self._inflight = self._rec_inflight
-            self._gen += 1
-            if self._want_timestamps:
-                self._timestamps = None
-                self._ts_due = False
-            # Running before the submission, in one line (a Ctrl-C cannot split it): cut
-            # short before the submit, it completes at once (its fence is still signalled);
-            # after it, the submission is waited for like any other, never submitted
-            # again while pending, and the manager holds the sequence until it completes.
-            self._running = True; state.running[self._ref] = None; self._roots.running.add(self)  # noqa: E702
-            rc = _seq_submit(self._h)
-            if rc:
-                self._retire()
-                _vk.check(rc, f"submitting {self!r}")
-            self._handle.copies = self._copies  # type: ignore[attr-defined]
-            if self._want_timestamps:
-                self._ts_due = True   # submitted: its queries will be written
-            if state.debug:
-                state.check_validation(f"evaluating {self!r}")
-        return self
+        obj = first_destroyed(self._objs)
+        if obj is not None:
+            raise DestroyedError(
+                    f"{self!r} refers to {obj!r}, which was destroyed; nothing was "
+                f"submitted. Record the sequence again with live objects "
+                f"(clear() and record()).")
+        if not self._ops:
+            return False
+        # Host writes below must not race GPU work of other running sequences that
+        # use the same memory: wait for those first.
+        written = self._host_written
+        if written and state.running:
+            for other in state.running_seqs():
+                if other is not self and not other._inflight.isdisjoint(written):
+                    other._wait_locked()
+        if self._dirty:
+            sig = self._sig
+            if sig and sig == self._handle.sig:  # type: ignore[attr-defined]
+                # The command buffer already holds exactly these commands.
+                self._rec_inflight = handles_of(self._objs)
+                self._dirty = False
+            else:
+                self._record_commands()
+        for op_ in self._pre_ops:
+            op_.pre_submit()
+        self._inflight = self._rec_inflight
+        self._gen += 1
+        if self._want_timestamps:
+            self._timestamps = None
+            self._ts_due = False
+        # Running before the submission, in one line (a Ctrl-C cannot split it): cut
+        # short before the submit, it completes at once (its fence is still signalled);
+        # after it, the submission is waited for like any other, never submitted
+        # again while pending, and the manager holds the sequence until it completes.
+        self._running = True; state.running[self._ref] = None; self._roots.running.add(self)  # noqa: E702
+        rc = _seq_submit(self._h)
+        if rc:
+            self._retire()
+            _vk.check(rc, f"submitting {self!r}")
+        self._handle.copies = self._copies  # type: ignore[attr-defined]
+        if self._want_timestamps:
+            self._ts_due = True   # submitted: its queries will be written
+        if state.debug:
+            state.check_validation(f"evaluating {self!r}")
+        return True
 
     def eval_await(self, timeout: float | None = None) -> bool:
         """Waits for the last submission, at most `timeout` seconds (None or math.inf: no
@@ -399,21 +424,28 @@ class Sequence(Child):
                     return True  # completed, or destroyed/closed meanwhile
                 gen = self._gen
                 handle.waiters.add(token)
-            rc = fence_wait(state, h, timeout)   # GIL and lock released
-            if rc == 0:
-                # The common case in one lock section (re-evaluation latency): leave, then
-                # complete. Cut short, the finally leaves and the sequence stays running
-                # until the next wait or collect completes it.
-                with state.lock:
-                    _leave_locked(state, handle, token)
-                    if self._gen == gen:   # not submitted again by another thread meanwhile
-                        self._finish()
-                    if state.debug:
-                        state.check_validation(f"waiting for {self!r}")
-                return True
+            return self._await(state, handle, token, h, gen, timeout)
         finally:
-            if token in handle.waiters:   # not left above (a failed wait, or Ctrl-C)
+            if token in handle.waiters:   # not left in _await (Ctrl-C)
                 _leave(state, handle, token)
+
+    def _await(self, state: Engine, handle: _SeqHandle, token: object, h: Any, gen: int,
+               timeout: float | None) -> bool:
+        """The rest of a wait registered in handle.waiters as `token` for submission `gen`
+        of sg_seq h; the caller's finally leaves when this did not."""
+        rc = fence_wait(state, h, timeout)   # GIL and lock released
+        if rc == 0:
+            # The common case in one lock section (re-evaluation latency): leave, then
+            # complete. Cut short, the caller's finally leaves and the sequence stays
+            # running until the next wait or collect completes it.
+            with state.lock:
+                _leave_locked(state, handle, token)
+                if self._gen == gen:   # not submitted again by another thread meanwhile
+                    self._finish()
+                if state.debug:
+                    state.check_validation(f"waiting for {self!r}")
+            return True
+        _leave(state, handle, token)      # a failed wait, or a timeout
         if rc == _SG_TIMEOUT:
             if state.abandoned:
                 raise DestroyedError(
@@ -452,7 +484,9 @@ class Sequence(Child):
         try:
             try:
                 self._running = False
-                self._handle.complete()  # type: ignore[attr-defined]
+                handle = self._handle
+                if handle.copies:  # type: ignore[attr-defined]
+                    handle.complete()
                 if self._want_timestamps and self._h is not None and self._ts_due:
                     # (not destroyed, and submitted: an eval cut short before it was not)
                     self._ts_due = False

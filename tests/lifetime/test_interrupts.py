@@ -14,9 +14,12 @@ sweep). Lines inside the memory pool's and the SPIR-V reader's own bookkeeping a
 interrupted (see docs/guide.md, reliability)."""
 from __future__ import annotations
 
+import dis
+import functools
 import gc
 import os
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -37,6 +40,24 @@ INJECTED = tuple(os.path.join(PKG, f) for f in (
 DEBUG = os.environ.get("SCOPEDGPU_DEBUG", "") not in ("", "0")
 
 
+@functools.lru_cache(maxsize=None)
+def _with_exits(code) -> frozenset[int]:
+    """Offsets where a `with` block's normal exit begins (`__exit__(None, None, None)`).
+    CPython reports a line event there (the `with` line again) outside the block's
+    exception range, so an exception raised by the tracer at that event skips __exit__
+    and leaves a lock held; a real Ctrl-C cannot land there (the interpreter checks for
+    signals at calls and backward jumps, not before this call), so no line is counted
+    there. (Counted, the sweeps reported locks held by nobody, and close() in another
+    thread waited for them forever.)"""
+    ins = list(dis.get_instructions(code))
+    out = set()
+    for i in range(len(ins) - 3):
+        if all(x.opname == "LOAD_CONST" and x.argval is None for x in ins[i:i + 3]) \
+                and ins[i + 3].opname in ("PRECALL", "CALL") and ins[i + 3].arg == 2:
+            out.add(ins[i].offset)
+    return frozenset(out)
+
+
 class _Inject:
     """Raises KeyboardInterrupt at the k-th line executed in scopedgpu's code."""
 
@@ -55,7 +76,7 @@ class _Inject:
         return None
 
     def localtrace(self, frame, event, arg):
-        if event == "line" and not self.fired:
+        if event == "line" and not self.fired and frame.f_lasti not in _with_exits(frame.f_code):
             self.count += 1
             if self.count == self.k:
                 self.fired = True
@@ -437,3 +458,40 @@ def test_pinned_stream(imgr, monkeypatch):
 
     assert _sweep(action, _check_baseline(imgr, base, "pinned stream()"), limit=20000) > 5
     np.testing.assert_array_equal(y, 2 * x + 1)
+
+
+def test_waits_on_a_running_sequence(imgr):
+    """eval_await(timeout) and eval() of a sequence that is still running, cut at every
+    line: no thread's waiter token is left behind and no handle waits in `doomed` (a
+    token left behind made the later destroy() hand the sequence to a waiter that never
+    comes, and close() waited for it forever: a hang seen in test_stream under load).
+    The sweeps above see sequences that complete at once and never take these paths."""
+    from endless import busy_sequence, flag_tensor, set_flag
+    f = flag_tensor(imgr)
+    seq = busy_sequence(imgr, f)
+    handle = seq._handle
+    seq.eval_async()
+    try:
+        def check(k):
+            assert not imgr._state.lock._is_owned(), f"interrupt at line {k} left the lock held"
+            assert not handle.waiters, f"interrupt at line {k} left a waiter token"
+            assert not imgr._state.doomed, f"interrupt at line {k} left a doomed handle"
+            assert seq.is_running
+
+        assert _sweep(lambda: seq.eval_await(0.002), check) > 5
+    finally:
+        set_flag(f)
+    assert seq.eval_await(60)
+    # eval() of it again: its flag is set, so it ends at once
+    def check_eval(k):
+        assert not imgr._state.lock._is_owned(), f"interrupt at line {k} left the lock held"
+        assert not handle.waiters, f"interrupt at line {k} left a waiter token"
+        assert not imgr._state.doomed, f"interrupt at line {k} left a doomed handle"
+        seq.eval_await(60)
+
+    assert _sweep(seq.eval, check_eval) > 5
+    seq.destroy()
+    closer = threading.Thread(target=imgr.close)
+    closer.start()
+    closer.join(60)
+    assert not closer.is_alive(), "close() hung"
