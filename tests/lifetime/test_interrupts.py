@@ -10,7 +10,8 @@ The interrupt is injected with sys.settrace: for k = 1, 2, ... the k-th line exe
 in the modules of those paths (INJECTED) raises KeyboardInterrupt, until a run
 completes without reaching line k; a failure names the line where it fired. Every line
 is swept (a few seconds in all: the collector skips the objects frozen before each
-sweep). Lines inside the memory pool's and the SPIR-V reader's own bookkeeping are not
+sweep), but for the line event CPython reports at a `with` block's exit (see
+_with_exits). Lines inside the memory pool's and the SPIR-V reader's own bookkeeping are not
 interrupted (see docs/guide.md, reliability)."""
 from __future__ import annotations
 
@@ -47,8 +48,8 @@ def _with_exits(code) -> frozenset[int]:
     exception range, so an exception raised by the tracer at that event skips __exit__
     and leaves a lock held; a real Ctrl-C cannot land there (the interpreter checks for
     signals at calls and backward jumps, not before this call), so no line is counted
-    there. (Counted, the sweeps reported locks held by nobody, and close() in another
-    thread waited for them forever.)"""
+    there. (Counted, they left the manager's RLock held by the sweeping thread, and
+    close() in another thread waited for it forever.)"""
     ins = list(dis.get_instructions(code))
     out = set()
     for i in range(len(ins) - 3):
