@@ -1,6 +1,7 @@
 """Every example in examples/ runs (small sizes) and agrees with numpy."""
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -39,3 +40,14 @@ def test_example(name):
         assert "memory flat: OK" in res.stdout
     if name == "logistic_regression.py":
         assert "Kompute's checks (0 < w0 < 0.01, w1 > 1.5, b < 0.7): OK" in res.stdout
+
+
+def test_stream_example_with_pinned_arrays():
+    res = subprocess.run([sys.executable, str(EXAMPLES / "stream_saxpy.py"), "--size",
+                          "1000003", "--chunk-mib", "1", "--pinned"],
+                         capture_output=True, text=True, timeout=300, env=source_env())
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out
+    assert "result matches numpy: OK" in res.stdout, out
+    # x and y, 3.8 MiB each, page-rounded
+    assert re.search(r"^pinned [78] MiB in ", res.stdout, re.M) and "not pinned" not in out, out
