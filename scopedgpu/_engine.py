@@ -336,10 +336,10 @@ def abandon(state: Engine, still: list[str], why: str) -> None:
     device with work pending). The device, its memory and Vulkan objects stay allocated
     until the process exits; live_vulkan_objects() still counts them."""
     state.abandoned = True
-    # The arrays under Manager.pinned() imports (of live Pinned objects, and of collected
-    # ones whose release is queued), before the objects let go of their handles.
-    pinned = [a for p in state.pins for a in p.arrays]
-    pinned += [a for h in state.garbage for a in (getattr(h, "arrays", None) or [])]
+    # The arrays under Manager.pinned() imports (their handles hold them: registered, or
+    # queued for release), before the objects let go of their handles.
+    pinned = [a for h in itertools.chain(state.handles.values(), state.garbage)
+              for a in (getattr(h, "arrays", None) or [])]
     for group in (state.sequences, state.algorithms, state.tensors, state.pins):
         for obj in list(group):
             obj.mark_destroyed()
