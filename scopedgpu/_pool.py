@@ -402,6 +402,12 @@ class Pool:
             ranked += [t for t in range(32) if bits >> t & 1 and t not in ranked]
         return ranked
 
+    def page_span(self, address: int, nbytes: int) -> tuple[int, int]:
+        """[start, end) of the host memory [address, address + nbytes) rounded out to the
+        import alignment (what import_range() takes for it). Needs import_align."""
+        align = self.import_align
+        return address - address % align, -(-(address + nbytes) // align) * align
+
     def import_range(self, address: int, size: int, types: list[int]) -> tuple[Any, int] | None:
         """Imports the host memory [address, address + size) (both aligned to
         import_align) as a block of the first of `types` the driver accepts: (the block

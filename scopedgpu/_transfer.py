@@ -18,10 +18,25 @@ import numpy as np
 from scopedgpu import _vk
 from scopedgpu._engine import Engine, fence_wait
 
-__all__ = ["copy", "host_to_mapped", "read_back", "upload"]
+__all__ = ["contiguous_arrays", "copy", "host_to_mapped", "read_back", "upload"]
 
 PARALLEL_COPY_MIN = 16 << 20     # host copies this large are split over threads
 _copier = None
+
+
+def contiguous_arrays(arrays: Any, label: str) -> list[np.ndarray]:
+    """The arrays as a list, each checked to be a C-contiguous numpy array (what a copy
+    or an import of its memory as one range needs); `label` names the i-th in the error
+    (a format string with {i})."""
+    out = list(arrays)
+    for i, a in enumerate(out):
+        if not isinstance(a, np.ndarray):
+            raise TypeError(f"{label.format(i=i)} must be a numpy array, not "
+                            f"{type(a).__name__}")
+        if not a.flags.c_contiguous:
+            raise ValueError(f"{label.format(i=i)} must be C-contiguous "
+                             "(np.ascontiguousarray makes a contiguous copy)")
+    return out
 
 
 def copy(dst: Any, src: Any, nbytes: int) -> None:

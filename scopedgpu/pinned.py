@@ -25,6 +25,7 @@ import numpy as np
 from scopedgpu import _vk
 from scopedgpu._base import Child, Handle
 from scopedgpu._engine import sleep_unlocked
+from scopedgpu._transfer import contiguous_arrays
 
 log = logging.getLogger("scopedgpu")
 
@@ -91,9 +92,7 @@ class Pinned(Child):
                 self.unpinned[i] = "the device cannot import host memory " \
                                    "(no VK_EXT_external_memory_host)"
                 continue
-            addr = a.ctypes.data
-            start = addr - addr % align
-            end = -(-(addr + a.nbytes) // align) * align
+            start, end = pool.page_span(a.ctypes.data, a.nbytes)
             pieces: list[tuple[int, int, Any]] = []
             k = bisect.bisect(h.starts, start)
             h.starts.insert(k, start); h.regions.insert(k, (start, end, pieces))  # noqa: E702
@@ -176,16 +175,10 @@ class Pinned(Child):
 
 
 def pin(mgr: Any, engine: Any, arrays: list[np.ndarray]) -> Pinned:
-    for i, a in enumerate(arrays):
-        if not isinstance(a, np.ndarray):
-            raise TypeError(f"pinned(): argument {i} must be a numpy array, not "
-                            f"{type(a).__name__}")
-        if not a.flags.c_contiguous:
-            raise ValueError(f"pinned(): argument {i} must be C-contiguous "
-                             "(np.ascontiguousarray makes a contiguous copy)")
+    arrays = contiguous_arrays(arrays, "pinned(): argument {i}")
     with engine.lock:
         engine.check_open()
-        p = Pinned(mgr, engine, list(arrays))
+        p = Pinned(mgr, engine, arrays)
         engine.pins.add(p)
         p._pin()
     return p

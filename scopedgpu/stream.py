@@ -41,6 +41,7 @@ import numpy as np
 
 from scopedgpu import _vk
 from scopedgpu._errors import DestroyedError
+from scopedgpu._transfer import contiguous_arrays
 from scopedgpu.ops import OpAlgoDispatch, OpMemoryBarrier
 from scopedgpu.tensor import Tensor
 
@@ -54,20 +55,13 @@ _POLL_NS = 200_000       # one blocking wait slice while nothing else can progre
 def _arrays(arrays: Any, what: str, writable: bool) -> list[np.ndarray]:
     if isinstance(arrays, np.ndarray):
         arrays = [arrays]
-    out = []
+    arrays = contiguous_arrays(arrays, f"stream(): {what}[{{i}}]")
     for i, a in enumerate(arrays):
-        if not isinstance(a, np.ndarray):
-            raise TypeError(f"stream(): {what}[{i}] must be a numpy array, not "
-                            f"{type(a).__name__}")
-        if not a.flags.c_contiguous:
-            raise ValueError(f"stream(): {what}[{i}] must be C-contiguous "
-                             "(np.ascontiguousarray makes a contiguous copy)")
         if writable and not a.flags.writeable:
             raise ValueError(f"stream(): {what}[{i}] is read-only")
         if a.ndim == 0:
             raise ValueError(f"stream(): {what}[{i}] is 0-d; arrays are cut along axis 0")
-        out.append(a)
-    return out
+    return arrays
 
 
 class _Host:
@@ -206,10 +200,9 @@ class Streamer:
         """Imports the pages under h.view (the device then reads and writes the array
         itself); leaves h.block None when the device cannot import them."""
         addr = h.view.ctypes.data
-        start = addr - addr % self.align
-        size = -(-(addr + h.view.nbytes - start) // self.align) * self.align
         pool = self.state.pool
-        got = pool.import_range(start, size, pool.importable_types(start))
+        start, end = pool.page_span(addr, h.view.nbytes)
+        got = pool.import_range(start, end - start, pool.importable_types(start))
         if got is not None:
             h.block, h.offset = got[0], addr - start
 
