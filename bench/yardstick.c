@@ -516,7 +516,10 @@ typedef struct {
     char note[400];
 } xfer_path;
 
-static void path_done(xfer_path *p, double *t, int reps) {
+/* A path's round trips are done: whether y came back equal to x, and the times. */
+static void path_done(xfer_path *p, const char *x, const char *y, uint64_t bytes, double *t,
+                      int reps) {
+    p->ok = !memcmp(x, y, bytes);
     p->median_s = pct(t, reps, 0.5);
     p->best_s = pct(t, reps, 0.0);
     p->reps = reps;
@@ -568,8 +571,7 @@ static void path_staging(xfer_path *p, const char *x, char *y, uint64_t bytes, i
     TRY(vkEndCommandBuffer(c.cb));
     reps = memcpy_round_trips(&c, st.ptr, x, y, bytes, reps, t);
     if (reps < 0) goto fail;
-    p->ok = !memcmp(x, y, bytes);
-    path_done(p, t, reps);
+    path_done(p, x, y, bytes, t, reps);
 fail:
     if (!p->ran) snprintf(p->note, sizeof p->note, "%s", task_error);
     free_ctx(&c);
@@ -597,8 +599,7 @@ static void path_rebar(xfer_path *p, const char *x, char *y, uint64_t bytes, int
     TRY(vkEndCommandBuffer(c.cb));
     reps = memcpy_round_trips(&c, rb.ptr, x, y, bytes, reps, t);
     if (reps < 0) goto fail;
-    p->ok = !memcmp(x, y, bytes);
-    path_done(p, t, reps);
+    path_done(p, x, y, bytes, t, reps);
 fail:
     if (!p->ran) snprintf(p->note, sizeof p->note, "%s", task_error);
     free_ctx(&c);
@@ -692,8 +693,7 @@ static void path_import(xfer_path *p, int each, char *x, char *y, uint64_t span,
             break;
         }
     }
-    p->ok = !memcmp(x, y, bytes);
-    path_done(p, t, reps);
+    path_done(p, x, y, bytes, t, reps);
 fail:
     if (!p->ran) snprintf(p->note, sizeof p->note, "%s", task_error);
     free_ctx(&c);
