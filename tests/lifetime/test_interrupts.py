@@ -15,6 +15,7 @@ _with_exits). Lines inside the memory pool's and the SPIR-V reader's own bookkee
 interrupted (see docs/guide.md, reliability)."""
 from __future__ import annotations
 
+import contextlib
 import dis
 import functools
 import gc
@@ -422,30 +423,15 @@ def test_named_create_record_delete(imgr, dispatch):
     np.testing.assert_array_equal(b.data(), want)
 
 
-def test_stream(imgr):
+@pytest.mark.parametrize("pinned", [False, True], ids=["copied", "pinned"])
+def test_stream(imgr, monkeypatch, pinned):
     """Manager.stream() cut at every line of its own code and of what it calls: nothing
-    leaks (its command buffers, imports, staging, device chunks), and the manager works."""
-    from scopedgpu._shaders import builtin_spirv
-    saxpy = builtin_spirv("saxpy")
-    x = np.arange(4096, dtype=np.float32)
-    y = np.ones(4096, dtype=np.float32)
-    base = _state(imgr)
-
-    def action():
-        y[:] = 1
-        imgr.stream(saxpy, inputs=[x, y], outputs=[y], push_consts=[2.0],
-                    chunk_bytes=8192, depth=2, workers=2)
-
-    assert _sweep(action, _check_baseline(imgr, base, "stream()"), limit=20000) > 5
-    np.testing.assert_array_equal(y, 2 * x + 1)
-
-
-def test_pinned_stream(imgr, monkeypatch):
-    """Manager.pinned() and a stream() of its arrays cut at every line: the imports are
-    freed (or recorded and freed by close), nothing else leaks, and the manager works."""
+    leaks (its command buffers, imports, staging, device chunks), and the manager works.
+    Pinned: inside Manager.pinned() of its arrays (a few imports each), which is swept
+    too: the imports are freed (or recorded and freed by close)."""
     import scopedgpu.pinned as spn
     from scopedgpu._shaders import builtin_spirv
-    monkeypatch.setattr(spn, "PIECE_BYTES", 8192)     # a few imports per array
+    monkeypatch.setattr(spn, "PIECE_BYTES", 8192)
     saxpy = builtin_spirv("saxpy")
     x = np.arange(4096, dtype=np.float32)
     y = np.ones(4096, dtype=np.float32)
@@ -453,11 +439,12 @@ def test_pinned_stream(imgr, monkeypatch):
 
     def action():
         y[:] = 1
-        with imgr.pinned(x, y):
+        with imgr.pinned(x, y) if pinned else contextlib.nullcontext():
             imgr.stream(saxpy, inputs=[x, y], outputs=[y], push_consts=[2.0],
-                        chunk_bytes=6000, depth=2, workers=2)
+                        chunk_bytes=6000 if pinned else 8192, depth=2, workers=2)
 
-    assert _sweep(action, _check_baseline(imgr, base, "pinned stream()"), limit=20000) > 5
+    what = "pinned stream()" if pinned else "stream()"
+    assert _sweep(action, _check_baseline(imgr, base, what), limit=20000) > 5
     np.testing.assert_array_equal(y, 2 * x + 1)
 
 
