@@ -15,6 +15,7 @@ import scopedgpu as sg
 import scopedgpu.pinned as spn
 import scopedgpu.stream as sst
 from scopedgpu._shaders import builtin_spirv
+from tests.test_stream import stream_unaligned_views
 
 SAXPY = builtin_spirv("saxpy")      # binding 0: x, binding 1: y; y = a * x + y
 
@@ -64,17 +65,7 @@ def test_pinned_arrays_are_streamed_by_dma_alone(mgr, streams, monkeypatch, piec
 
 def test_unaligned_views_pinned_are_read_and_written_exactly(mgr, streams, monkeypatch):
     monkeypatch.setattr(spn, "PIECE_BYTES", 1 << 16)
-    big_x = np.arange(70_001, dtype=np.float32)
-    big_y = np.ones(70_001, dtype=np.float32)
-    x, y = big_x[3:-5], big_y[7:-1]
-    y = y[:x.size]
-    keep = big_y.copy()
-    ref = 0.5 * x + y
-    with mgr.pinned(x, y):
-        mgr.stream(SAXPY, inputs=[x, y], outputs=[y], push_consts=[0.5], chunk_bytes=30_000)
-    np.testing.assert_allclose(y, ref)
-    np.testing.assert_array_equal(big_y[:7], keep[:7])
-    np.testing.assert_array_equal(big_y[7 + x.size:], keep[7 + x.size:])
+    stream_unaligned_views(mgr, 30_000, around=mgr.pinned)
     assert streams[-1].staged == 0 and streams[-1].pinned > 0
 
 

@@ -3,6 +3,7 @@ overlapped. Results against numpy, every chunking edge, both host paths (import 
 staging), bad input, and the lifetime contract (nothing leaks, also when interrupted)."""
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import threading
@@ -60,19 +61,26 @@ def test_empty_arrays_do_nothing(mgr):
     assert mgr.stream(SAXPY, inputs=[x, y], outputs=[y], push_consts=[1.0]) == [y]
 
 
-def test_unaligned_views_are_read_and_written_exactly(mgr, host_mode):
-    # Views that start and end mid-page: the import rounds to pages, the copies do not
-    # touch the bytes around the views.
+def stream_unaligned_views(mgr, chunk_bytes, around=None):
+    """Streams y = 0.5 x + y over views that start and end mid-page (`around(x, y)`, when
+    given, is entered around the stream), and checks the result and that the bytes around the
+    views are untouched: an import rounds to pages, the copies must not."""
     big_x = np.arange(70_001, dtype=np.float32)
     big_y = np.ones(70_001, dtype=np.float32)
     x, y = big_x[3:-5], big_y[7:-1]
     y = y[:x.size]
     keep = big_y.copy()
     ref = 0.5 * x + y
-    mgr.stream(SAXPY, inputs=[x, y], outputs=[y], push_consts=[0.5], chunk_bytes=1 << 16)
+    with around(x, y) if around else contextlib.nullcontext():
+        mgr.stream(SAXPY, inputs=[x, y], outputs=[y], push_consts=[0.5],
+                   chunk_bytes=chunk_bytes)
     np.testing.assert_allclose(y, ref)
     np.testing.assert_array_equal(big_y[:7], keep[:7])
     np.testing.assert_array_equal(big_y[7 + x.size:], keep[7 + x.size:])
+
+
+def test_unaligned_views_are_read_and_written_exactly(mgr, host_mode):
+    stream_unaligned_views(mgr, 1 << 16)
 
 
 @pytest.mark.parametrize("bad,match", [
