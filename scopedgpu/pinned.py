@@ -84,7 +84,7 @@ class Pinned(Child):
         h = self._handle
         align = pool.import_align
         cap = int(self._engine.info.max_memory_allocation_size or PIECE_BYTES)
-        piece = max(align, min(PIECE_BYTES, cap) // max(align, 1) * max(align, 1))
+        piece = max(align, min(PIECE_BYTES, cap) // align * align) if align else 0
         for i, a in enumerate(self.arrays):
             if not a.nbytes:
                 continue
