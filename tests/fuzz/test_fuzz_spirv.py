@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
-from scopedgpu._spirv_val import INSTALL_LINE, validator
+from scopedgpu._spirv_val import how_to_get, validator
 from tests.conftest import ROOT
 from tests.fuzz.corpus import corpus
 from tests.fuzz.harness import Worker
@@ -47,12 +47,12 @@ def worker(request):
 def test_validator_is_installed():
     """The fuzz suite is about the validator; without it, mutations reach the driver."""
     v = validator()
-    assert v.ok, f"{v.found}; install it: {INSTALL_LINE}"
+    assert v.ok, f"{v.found}; {how_to_get()}"
 
 
 @pytest.mark.parametrize("chunk", range(len(SIZES)))
 def test_mutated_spirv(worker, chunk):
-    assert validator().ok, f"the SPIR-V validator is missing: {INSTALL_LINE}"
+    assert validator().ok, f"the SPIR-V validator is missing: {how_to_get()}"
     modules = corpus()
     before = Counter(worker.stats)
     nfail = len(worker.failures)
