@@ -193,7 +193,8 @@ def _cuts(spirv: bytes) -> list[int]:
     return boundaries(spirv)
 
 
-@pytest.mark.parametrize("validated", [True, False], ids=["validator", "structural"])
+@pytest.mark.parametrize("validated", [pytest.param(True, marks=needs_validator), False],
+                         ids=["validator", "structural"])
 def test_every_builtin_cut_at_every_instruction_boundary_is_refused(
         request, validated):
     """lavapipe crashed at 15 of 58 cut points of one module and ran a module cut right
@@ -214,18 +215,29 @@ def test_every_builtin_cut_at_every_instruction_boundary_is_refused(
 
 
 def test_cut_right_after_op_function_is_refused(worker):
+    """The module lavapipe ran as a no-op: refused by the validator where it is found, by
+    the structural checks otherwise."""
     spirv = sg.compile_glsl(shaders.ADD_ONE)
     from scopedgpu._spirv import words_of
     w = words_of(spirv)
     cut = next(c for c in _cuts(spirv) if w[c] & 0xFFFF == 54) + 5   # after OpFunction
     res = worker.run(spirv[: 4 * cut])
-    assert res["outcome"] == "rejected_validator", res
-    assert "SPIR-V validator" in res["message"] and "SPIRV-Tools" in res["message"]
+    if _validator_found()[0]:
+        assert res["outcome"] == "rejected_validator", res
+        assert "SPIR-V validator" in res["message"] and "SPIRV-Tools" in res["message"]
+    else:
+        assert res["outcome"] == "rejected_structure", res
+        assert "has no OpFunctionEnd" in res["message"], res
 
 
+@needs_validator
 def test_invalid_module_quotes_the_validator(mgr, glsl):
-    """A module that is well-formed but wrong (an OpIAdd typed as float) is refused before
-    the driver, with the validator's own words."""
+    """A module that is well-formed but wrong (its OpIAdd's result type made a float
+    type, or, INDEX having none, id 1006: undefined, past the id bound) is refused
+    before the driver, with the validator's own words. The structural checks let it
+    through (lavapipe then refuses it; another driver may run it, or crash): which
+    operands are ids, and of what, is the SPIR-V grammar, the validator's job
+    (docs/troubleshooting.md lists it as unprotected without the validator)."""
     from scopedgpu._spirv import words_of
     spirv = glsl(shaders.INDEX)
     w = list(words_of(spirv))
