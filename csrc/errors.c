@@ -1,7 +1,9 @@
 /* Error reporting, fault injection, live-object counters and the run-time loader. */
 #include <dlfcn.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "sg_internal.h"
 
 #ifndef SG_BUILD_ID
@@ -143,4 +145,34 @@ int sg_loader_open(const char *path, char *err, size_t errlen) {
 done:
     pthread_mutex_unlock(&loader_lock);
     return rc;
+}
+
+#ifdef __GLIBC__
+/* Runs first at exit() (the last handler registered runs first), with the process's own
+ * exit status: flush C's streams, then leave without the handlers and destructors
+ * registered before it, the Vulkan drivers' among them. */
+static void exit_without_drivers(int status, void *arg) {
+    (void)arg;
+    fflush(NULL);
+    _exit(status);
+}
+#endif
+
+int sg_exit_guard(void) {
+    /* No driver was ever loaded (the loader, and with it the anchor instance, is loaded
+     * by the first instance): the exit cannot reach one. */
+    if (!loader_handle) return 0;
+#ifdef __GLIBC__
+    static pid_t guarded = 0;   /* copied by fork: each process registers once */
+    if (guarded == getpid()) return 1;
+    if (on_exit(exit_without_drivers, NULL) != 0) {
+        sg__set_error("on_exit");
+        return SG_ERR_NO_FUNCTION;
+    }
+    guarded = getpid();
+    return 1;
+#else
+    sg__set_error("on_exit");
+    return SG_ERR_NO_FUNCTION;
+#endif
 }

@@ -200,6 +200,18 @@ int sg_seq_status(sg_seq *seq);
  * not written). */
 int sg_seq_timestamps(sg_seq *seq, uint32_t n, uint64_t *out);
 
+/* Where this process (or the parent it was forked from) loaded the Vulkan loader:
+ * registers an exit handler that ends the process with _exit(status) once Python has
+ * finalized, so that the drivers' own exit handlers and destructors never run. The
+ * Python layer calls it in the child of fork(), where those handlers tear down driver
+ * state the child shares with its parent (NVIDIA's, through the inherited device files:
+ * the parent's device is lost) or join threads that exist only in the parent (lavapipe:
+ * the child crashes), and when it gives up on GPU work that never ends (NVIDIA's exit
+ * handler waits for it: the process never exits). Returns 1 when registered (once per
+ * process), 0 when no loader was loaded, SG_ERR_NO_FUNCTION where the C library has no
+ * on_exit (not glibc). */
+int sg_exit_guard(void);
+
 /* Live Vulkan objects: dev NULL gives the process-wide counts. out receives
  * SG_LIVE_COUNT values. */
 void sg_live_counts(sg_device *dev, int64_t *out);

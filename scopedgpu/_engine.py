@@ -357,6 +357,11 @@ def abandon(state: Engine, still: list[str], why: str) -> None:
     for arr in keep:
         if arr is not None:
             ctypes.pythonapi.Py_IncRef(ctypes.py_object(arr))
+    # The drivers' exit handlers would wait for this work (NVIDIA's does: the process never
+    # exits) or free what it uses: the process skips them at exit (sg_exit_guard).
+    if _vk.exit_guard() < 0:
+        log.warning("no on_exit() in this C library: the Vulkan driver's exit handlers "
+                    "will run at exit, under GPU work that was given up on")
     log.warning(
         "closing the manager on %s: %d submission(s) still running %s: %s. Its device, "
         "memory and Vulkan objects stay allocated until the process exits, because the "
@@ -498,10 +503,40 @@ def shutdown(state: Engine) -> None:
             raise interrupted
 
 
+# Set in a child of os.fork() whose parent had loaded the Vulkan driver: the child's copy
+# of the driver's state may not give it a device (see fork_hint).
+FORKED_FROM_DRIVER = False
+
+
+def fork_hint() -> str:
+    """What to tell the user when opening a device failed in such a child, else ""."""
+    if not FORKED_FROM_DRIVER:
+        return ""
+    return (f"This process is a child of os.fork() (pid {os.getpid()}) of a process that had already "
+            "opened the Vulkan driver, and this driver cannot open a device in such a child. "
+            "Start worker processes with multiprocessing's 'spawn' or 'forkserver' start "
+            "method (multiprocessing.get_context('spawn')), or fork before the first "
+            "Manager or sg.devices() call")
+
+
 def after_fork() -> None:
     """In the child of os.fork(): every inherited manager becomes unusable (ForkedError),
     and nothing inherited reaches Vulkan, not even at exit: the Vulkan objects belong to
-    the parent, and the child's copy of the driver's state is not to be trusted."""
+    the parent, and the child's copy of the driver's state is not to be trusted.
+
+    Nor do the drivers' own exit handlers run in the child, where a driver was loaded:
+    NVIDIA's tear down, through the device files the child shares with its parent, the
+    parent's device (VK_ERROR_DEVICE_LOST there, and a crash here); lavapipe's join
+    threads that exist only in the parent (a crash). The shim registers an exit handler
+    that ends the child with its own status once Python has finalized, before theirs
+    (docs/troubleshooting.md, "fork")."""
+    global FORKED_FROM_DRIVER
+    rc = _vk.exit_guard()
+    if rc != 0:
+        FORKED_FROM_DRIVER = True
+    if rc < 0:
+        log.warning("os.fork() after the Vulkan driver was loaded, on a C library without "
+                    "on_exit(): the driver's exit handlers will run in this child process")
     for state in list(STATES):
         state.forked = True
         state.closed = True

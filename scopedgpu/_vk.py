@@ -167,6 +167,12 @@ def loader_open(name: str) -> str | None:
     return ffi.string(err).decode(errors="replace")
 
 
+def exit_guard() -> int:
+    """1 when the exit handler that skips the drivers' own is registered (sg.h), 0 when
+    no Vulkan loader was ever loaded here, ERR_NO_FUNCTION where there is no on_exit."""
+    return int(lib.sg_exit_guard())
+
+
 # rc-returning (the caller tells a missing layer from a failure): instance_create(debug, out)
 instance_create: Callable[[int, Any], int] = lib.sg_instance_create
 instance_destroy: Callable[[Any], None] = lib.sg_instance_destroy

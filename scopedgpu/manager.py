@@ -18,9 +18,10 @@ import numpy as np
 from scopedgpu import _device, _vk
 from scopedgpu._base import refuse_copy
 from scopedgpu._caches import Programs, Reflections, SequenceCache
-from scopedgpu._errors import NoDeviceError
+from scopedgpu._errors import DeviceError, NoDeviceError
 from scopedgpu._engine import (DEFAULT_WAIT_TIMEOUT, STATES, Engine, Roots,  # noqa: F401
-                               abandoned_managers, drain, shutdown, wait_timeout_from)
+                               abandoned_managers, drain, fork_hint, shutdown,
+                               wait_timeout_from)
 from scopedgpu._pool import IMPORT_MIN, Pool, aligned_empty
 from scopedgpu._spirv import ShaderInfo
 from scopedgpu.algorithm import Algorithm
@@ -129,8 +130,15 @@ class Manager:
             if state.debug:
                 _vk.debug_states.add(state)
             info = _device.choose_device(_device.enumerate_devices(state.inst), device)
-            _vk.device_create(state.inst, info.index, min(info.queue_count, 8), dout,
-                              f"creating a logical device on {info.name}")
+            try:
+                _vk.device_create(state.inst, info.index, min(info.queue_count, 8), dout,
+                                  f"creating a logical device on {info.name}")
+            except DeviceError as exc:
+                hint = fork_hint()
+                if not hint:
+                    raise
+                raise type(exc)(f"{exc}. {hint}", result=exc.result, call=exc.call,
+                                  code=exc.code) from exc
             state.dev = dout[0]
             state.info = info
             state.pool = Pool(state.dev, info, memory_limit, on_oom=state.collect)
