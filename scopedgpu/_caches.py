@@ -118,9 +118,12 @@ class Programs:
         self.unused_programs: OrderedDict[tuple, _Program] = OrderedDict()
 
     def get(self, spirv: bytes, info: ShaderInfo, spec: tuple,
-                    nbindings: int | None = None) -> _Program:
+            nbindings: int | None, holder: Any) -> _Program:
         # nbindings: the descriptor set layout's bindings 0..nbindings-1 (one per tensor),
-        # a superset of those the module uses (unused ones are valid Vulkan).
+        # a superset of those the module uses (unused ones are valid Vulkan). The
+        # reference is stored in holder.program (an algorithm's handle) in the line that
+        # takes it: a Ctrl-C after the return, before the caller's store, would lose it
+        # (Python runs signal handlers right after a call returns).
         if nbindings is None:
             nbindings = len(info.bindings)
         ids, offsets, sizes, blob = spec
@@ -153,7 +156,7 @@ class Programs:
                 raise
             prog = self.programs[key]
         # One line: an interrupt never falls between taking the reference and returning.
-        self.unused_programs.pop(key, None); prog.refs += 1; return prog  # noqa: E702
+        self.unused_programs.pop(key, None); prog.refs += 1; holder.program = prog; return prog  # noqa: E501,E702
 
     def unref(self, holder: Any) -> None:
         """Drops the reference `holder.program` (an algorithm's handle) holds, and clears

@@ -302,7 +302,7 @@ class Algorithm(Child):
             handle = _AlgoHandle(None, None, state.programs)
             out = _vk.out("dset")
             try:
-                handle.program = program = state.programs.get(spirv, info, spec, len(tensors))
+                program = state.programs.get(spirv, info, spec, len(tensors), handle)
                 ranges = [t.gpu_range for t in tensors]
                 _vk.dset_create(state.dev, program.handle, [r.block.handle for r in ranges],
                                 [r.offset for r in ranges], [t.nbytes for t in tensors], out,

@@ -60,6 +60,24 @@ def _with_exits(code) -> frozenset[int]:
     return frozenset(out)
 
 
+@functools.lru_cache(maxsize=None)
+def _comprehension_heads(code) -> frozenset[int]:
+    """Offsets of the loop heads (FOR_ITER) of comprehensions that CPython 3.12 and later
+    inline into their function (PEP 709). CPython reports a line event there at each
+    iteration, and an exception the tracer raises at that event escapes the function's
+    own `except` (seen on 3.12.1 and 3.13.0: the handler is skipped, so an algorithm()
+    cut there leaked its pipeline), where a real Ctrl-C, delivered at the loop's
+    backward jump or at a call, is caught (checked with SIGALRM on the same versions).
+    So no line is counted there."""
+    ins = list(dis.get_instructions(code))
+    out = set()
+    for i, x in enumerate(ins):
+        if x.opname == "FOR_ITER" and any(y.opname == "LOAD_FAST_AND_CLEAR"
+                                          for y in ins[max(0, i - 6):i]):
+            out.add(x.offset)
+    return frozenset(out)
+
+
 class _Inject:
     """Raises KeyboardInterrupt at the k-th line executed in scopedgpu's code."""
 
@@ -78,7 +96,8 @@ class _Inject:
         return None
 
     def localtrace(self, frame, event, arg):
-        if event == "line" and not self.fired and frame.f_lasti not in _with_exits(frame.f_code):
+        if event == "line" and not self.fired and frame.f_lasti not in _with_exits(frame.f_code) \
+                and frame.f_lasti not in _comprehension_heads(frame.f_code):
             self.count += 1
             if self.count == self.k:
                 self.fired = True
