@@ -3,7 +3,6 @@ limit, and writes nothing to stderr (no traceback, no 'Exception ignored in', no
 validation message, no segfault report)."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -12,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import scopedgpu as sg
+from tests.conftest import source_env
 
 HERE = Path(__file__).resolve().parent
 
@@ -158,7 +158,7 @@ def _have_validation_layer() -> bool:
 def test_exit_with_live_objects(name, tmp_path):
     script = tmp_path / f"{name}.py"
     script.write_text(PRELUDE.format(here=str(HERE)) + textwrap.dedent(SCRIPTS[name]))
-    env = dict(os.environ)
+    env = source_env()
     if _have_validation_layer():
         env.setdefault("SCOPEDGPU_DEBUG", "1")   # validation on: messages at exit would show
     # Races at exit show up in some runs only: run those scripts a few times.
