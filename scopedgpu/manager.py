@@ -78,7 +78,8 @@ class Manager:
     never end (see close()).
 
     A Manager cannot be copied or pickled (TypeError). After os.fork() it is unusable in
-    the child (ForkedError); the child may open a Manager of its own.
+    the child (ForkedError); the child may open a Manager of its own where the driver
+    allows it (NVIDIA's does not: DeviceError naming fork and the 'spawn' start method).
 
     close() (or the end of a `with` block, or interpreter exit) waits for all GPU work and
     then frees everything the manager made. Calls are thread-safe: one lock guards the
