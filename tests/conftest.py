@@ -54,6 +54,15 @@ def glsl():
     return sg.compile_glsl
 
 
+def needs_glsl_compiler(why: str) -> pytest.MarkDecorator:
+    """Skips a test where compile_glsl finds no compiler (on PATH or from the glsl extra),
+    for a test whose source no compile cache can hold (made at run time, or a compile
+    error)."""
+    from scopedgpu.glsl import _compiler
+    return pytest.mark.skipif(_compiler() is None,
+                              reason=f"no GLSL compiler installed ({why})")
+
+
 # Validation errors raise ValidationError from the call that caused them; two kinds of
 # message never reach a caller: errors the layer reports while a manager closes (logged:
 # close() cannot raise at interpreter exit) and validation warnings (logged). Every test

@@ -14,6 +14,7 @@ from scopedgpu._ffi import lib
 from scopedgpu._spirv import reflect
 from scopedgpu.manager import live_vulkan_objects
 from tests import shaders
+from tests.conftest import needs_glsl_compiler
 
 # Shared memory sized by a specialization constant: one compile serves every size.
 SHARED = """
@@ -99,20 +100,26 @@ def test_shared_memory_above_the_device_limit_is_a_shader_error(mgr, glsl):
     assert limit >= 16384   # Vulkan's minimum for maxComputeSharedMemorySize
     spirv = glsl(SHARED)
     x = np.arange(64, dtype=np.float32)
-    t = mgr.tensor(x)
-    n = limit // 4   # exactly the limit: accepted, and it computes
-    algo = mgr.algorithm([t], spirv, spec_consts=[n])
-    mgr.run(sg.OpTensorSyncDevice([t]), sg.OpAlgoDispatch(algo), sg.OpTensorSyncLocal([t]))
-    np.testing.assert_array_equal(t.data(), x * 2 + (n - 64))
-    algo.destroy()
-    with pytest.raises(sg.ShaderError, match=(
-            rf"declares {(n + 1) * 4} bytes of shared memory.*"
-            rf"maxComputeSharedMemorySize \({limit} bytes\)")):
-        mgr.algorithm([t], spirv, spec_consts=[n + 1])
-    # The same limit for a size written into the shader (no specialization constant).
+    with mgr.tensor(x) as t:
+        n = limit // 4   # exactly the limit: accepted, and it computes
+        with mgr.algorithm([t], spirv, spec_consts=[n]) as algo:
+            mgr.run(sg.OpTensorSyncDevice([t]), sg.OpAlgoDispatch(algo),
+                    sg.OpTensorSyncLocal([t]))
+        np.testing.assert_array_equal(t.data(), x * 2 + (n - 64))
+        with pytest.raises(sg.ShaderError, match=(
+                rf"declares {(n + 1) * 4} bytes of shared memory.*"
+                rf"maxComputeSharedMemorySize \({limit} bytes\)")):
+            mgr.algorithm([t], spirv, spec_consts=[n + 1])
+
+
+@needs_glsl_compiler("the shader's size is the device's limit: no compile cache holds it")
+def test_shared_memory_size_written_into_the_shader_is_checked_too(mgr, glsl):
+    """The same limit for a size written into the shader (no specialization constant)."""
+    limit = mgr.device.max_shared_memory_size
     literal = glsl(SHARED.replace("layout(constant_id = 0) const uint N = 64;",
                                   f"const uint N = {4 * limit // 4}u;"))
-    with pytest.raises(sg.ShaderError, match=rf"{4 * limit} bytes of shared memory"):
+    with mgr.tensor(np.arange(64, dtype=np.float32)) as t, \
+            pytest.raises(sg.ShaderError, match=rf"{4 * limit} bytes of shared memory"):
         mgr.algorithm([t], literal)
 
 

@@ -89,7 +89,8 @@ def test_bench_help_stands_on_its_own():
 def test_bench_is_found_next_to_the_package_from_any_directory(tmp_path):
     # Not on the path through the working directory: found beside the imported package.
     root = os.path.dirname(os.path.dirname(os.path.abspath(sg_main.__file__)))
-    res = run("bench", "--help", env={"PYTHONPATH": root}, cwd=str(tmp_path))
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+    res = run("bench", "--help", env={"PYTHONPATH": path}, cwd=str(tmp_path))
     assert res.returncode == 0, res.stderr
     assert "plain-C Vulkan yardstick" in res.stdout
 

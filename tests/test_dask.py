@@ -5,12 +5,18 @@ from __future__ import annotations
 import gc
 import os
 
-import dask.array as da
 import numpy as np
-from distributed import Client, LocalCluster
+import pytest
 
 import scopedgpu as sg
-import scopedgpu.dask as sgd
+
+# dask and distributed come with the dask, test and dev extras; without them, skip.
+da = pytest.importorskip("dask.array")
+pytest.importorskip("distributed")
+
+from distributed import Client, LocalCluster  # noqa: E402
+
+import scopedgpu.dask as sgd  # noqa: E402
 
 SAXPY = """
 #version 450

