@@ -346,3 +346,26 @@ def test_a_failed_call_carries_the_validation_messages_pending(glsl, caplog):
         m.run(sg.OpTensorSyncDevice([t]), sg.OpAlgoDispatch(algo), sg.OpTensorSyncLocal([t]))
         np.testing.assert_array_equal(t.data(), np.ones(64, np.float32))
         seq.destroy()
+
+
+def test_scopedgpu_queues_caps_the_compute_queues(monkeypatch):
+    """The H200 has 16 compute queues, lavapipe one: a Manager opens at most 8, or at most
+    SCOPEDGPU_QUEUES (each costs some 20 ms at open on NVIDIA)."""
+    monkeypatch.setenv("SCOPEDGPU_QUEUES", "1")
+    with sg.Manager() as m:
+        assert m.queue_count == 1
+        with pytest.raises(ValueError, match="queue must be an index below 1"):
+            m.sequence(queue=1)
+        t = m.tensor(np.arange(8, dtype=np.float32))
+        out = m.empty(8)
+        m.run(sg.OpTensorSyncDevice([t]), sg.OpMult([t, t, out]), sg.OpTensorSyncLocal([out]))
+        np.testing.assert_array_equal(out.data(), np.arange(8, dtype=np.float32) ** 2)
+        t.destroy()
+        out.destroy()
+    monkeypatch.delenv("SCOPEDGPU_QUEUES")
+    with sg.Manager() as m:
+        assert m.queue_count == min(8, m.device.queue_count)
+    for bad in ("0", "x", "2.5", "65"):
+        monkeypatch.setenv("SCOPEDGPU_QUEUES", bad)
+        with pytest.raises(ValueError, match=rf"SCOPEDGPU_QUEUES={bad!r}: .* from 1 to 64"):
+            sg.Manager()
