@@ -16,7 +16,10 @@
 # ) are installed into the interpreter's environment, and the checkout put on its path
 # by a .pth file, as an installed scopedgpu would be: tests that start Python with a
 # PYTHONPATH of their own still find them.
-# Environment: JOBS (files at once, default 4), FILE_TIMEOUT (seconds a file, default 150),
+# Environment: SCOPEDGPU_QUEUES (default 1 here: the suite opens some 1,300 managers, and
+# NVIDIA's driver serializes their creation and destruction across processes, 340 ms each
+# with the library's default of 8 queues, 115 with one; set it empty for the default),
+# JOBS (files at once, default 4), FILE_TIMEOUT (seconds a file, default 150),
 # SUITE_DEADLINE (seconds after which no file starts and running ones are cut, default 510),
 # SUITE_OUT (where the logs go; default $OUT where set, else build/device-suite).
 # Exit status: 0 when every file passed (skips allowed), 1 otherwise.
@@ -29,6 +32,7 @@ out=${SUITE_OUT:-${OUT:-build/device-suite}}
 mkdir -p "$out" build/device-suite/files
 logs=build/device-suite/files
 rm -f "$logs"/*
+export SCOPEDGPU_QUEUES=${SCOPEDGPU_QUEUES-1}
 [ -d .sgcache ] && export SCOPEDGPU_CACHE_DIR=${SCOPEDGPU_CACHE_DIR:-$PWD/.sgcache}
 if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
   "$py" -m pip install -q --no-index --no-deps --no-compile --disable-pip-version-check .whl/*.whl \
@@ -78,7 +82,7 @@ echo "$files" | awk -v slow="$slow" '$0 ~ slow {print 0, $0; next} /lifetime|fuz
 
 table=$out/device-suite.txt
 (
-  echo "device suite: $(git rev-parse --short HEAD 2>/dev/null || echo '?') on $("$py" -c 'import scopedgpu as sg; print(sg.devices()[0].name)' 2>/dev/null), $(date -u +%Y-%m-%dT%H:%MZ), $(( $(date +%s) - started )) s, $jobs at once, ${limit} s a file"
+  echo "device suite: $(git rev-parse --short HEAD 2>/dev/null || echo '?') on $("$py" -c 'import scopedgpu as sg; print(sg.devices()[0].name)' 2>/dev/null), $(date -u +%Y-%m-%dT%H:%MZ), $(( $(date +%s) - started )) s, $jobs at once, ${limit} s a file, SCOPEDGPU_QUEUES=${SCOPEDGPU_QUEUES:-default}"
   printf '%-52s %7s %7s %7s %7s %7s  %s\n' file passed failed skipped errors seconds status
   total_p=0 total_f=0 total_s=0 total_e=0 bad=0
   for rcfile in "$logs"/*.rc; do
