@@ -29,7 +29,7 @@ from scopedgpu.ops import Op
 from scopedgpu.pinned import Pinned, pin
 from scopedgpu.sequence import Sequence
 from scopedgpu.stream import stream
-from scopedgpu.tensor import KINDS, Tensor, dtype_feature
+from scopedgpu.tensor import KINDS, Tensor
 
 __all__ = ["Manager", "live_vulkan_objects", "abandoned_managers"]
 
@@ -296,10 +296,7 @@ class Manager:
         return self.tensor(np.zeros(shape, dtype=dtype), kind=kind)
 
     def _check_dtype(self, dtype: np.dtype) -> None:
-        feature = dtype_feature(dtype)
-        if feature is not None and not getattr(self._state.info, feature):
-            raise TypeError(f"dtype {dtype} needs the device feature '{feature}', which "
-                            f"{self._state.info.name} does not support")
+        _device.check_dtype(dtype, self._state.info)
         if dtype.byteorder in ("=", "|"):
             self._dtypes_ok.add(dtype)
 

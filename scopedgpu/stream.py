@@ -52,10 +52,10 @@ DEFAULT_CHUNK = 8 * MiB
 _POLL_NS = 200_000       # one blocking wait slice while nothing else can progress
 
 
-def _arrays(arrays: Any, what: str, writable: bool) -> list[np.ndarray]:
+def _arrays(arrays: Any, what: str, writable: bool, info: Any) -> list[np.ndarray]:
     if isinstance(arrays, np.ndarray):
         arrays = [arrays]
-    arrays = contiguous_arrays(arrays, f"stream(): {what}[{{i}}]")
+    arrays = contiguous_arrays(arrays, f"stream(): {what}[{{i}}]", info)
     for i, a in enumerate(arrays):
         if writable and not a.flags.writeable:
             raise ValueError(f"stream(): {what}[{i}] is read-only")
@@ -463,8 +463,8 @@ def stream(mgr: Any, engine: Any, spirv: bytes, inputs: Seq[np.ndarray],
            outputs: Seq[np.ndarray], *, push_consts: Any = None, spec_consts: Any = None,
            workgroup: Any = None, chunk_bytes: int | None = None, depth: int | None = None,
            workers: int | None = None) -> list[np.ndarray]:
-    ins = _arrays(inputs, "inputs", writable=False)
-    outs = _arrays(outputs, "outputs", writable=True)
+    ins = _arrays(inputs, "inputs", False, engine.info)
+    outs = _arrays(outputs, "outputs", True, engine.info)
     if not outs:
         raise ValueError("stream(): needs at least one output array")
     if chunk_bytes is None:

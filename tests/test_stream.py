@@ -100,6 +100,36 @@ def test_bad_arguments_raise_before_any_work(mgr, bad, match):
     np.testing.assert_array_equal(y, 1.0)
 
 
+# What tensor() refuses (scopedgpu never supports these, or GPUs cannot read them).
+REFUSED_DTYPES = [">f4", "complex64", "bool", "U1", "S4", "V4", "datetime64[s]",
+                  "timedelta64[s]", [("a", "<f4")], object]
+
+
+def _array_of(dtype, n: int) -> np.ndarray:
+    return np.full(n, 1.0, dtype=object) if dtype is object else np.ones(n, dtype)
+
+
+@pytest.mark.parametrize("where", ["inputs", "outputs"])
+@pytest.mark.parametrize("dtype", REFUSED_DTYPES, ids=str)
+def test_dtypes_tensor_refuses_stream_refuses(mgr, dtype, where):
+    """stream() once took these: a big-endian array came back as garbage, complex64 was
+    processed over half of each chunk, the others were rewritten bytewise as floats. It
+    applies tensor()'s rule now, with tensor()'s message, naming the argument."""
+    bad = _array_of(dtype, 64)
+    keep = bad.tobytes()
+    with pytest.raises(TypeError) as by_tensor:
+        mgr.tensor(bad)
+    x, y = np.ones(64, np.float32), np.ones(64, np.float32)
+    args = {"inputs": [bad, y], "outputs": [y]} if where == "inputs" else \
+        {"inputs": [x], "outputs": [bad]}
+    with pytest.raises(TypeError) as by_stream:
+        mgr.stream(SAXPY, push_consts=[2.0], **args)
+    assert f"stream(): {where}[0]" in str(by_stream.value)
+    assert str(by_tensor.value) in str(by_stream.value)
+    assert bad.tobytes() == keep
+    np.testing.assert_array_equal(y, 1.0)
+
+
 def test_read_only_output_is_refused(mgr):
     x = np.ones(8, np.float32)
     y = np.ones(8, np.float32)
