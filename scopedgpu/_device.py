@@ -6,10 +6,13 @@ import sys
 import threading
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from scopedgpu import _vk
 from scopedgpu._errors import NoDeviceError
 
-__all__ = ["DeviceInfo", "devices", "choose_device", "load_vulkan", "loader_names"]
+__all__ = ["DeviceInfo", "devices", "choose_device", "load_vulkan", "loader_names",
+           "dtype_feature", "check_dtype"]
 
 INSTALL_HINT = (
     "Install a Vulkan loader and a driver: on Debian/Ubuntu `apt-get install libvulkan1 "
@@ -59,6 +62,38 @@ class DeviceInfo:
 
     def __str__(self) -> str:
         return f"{self.name} ({self.type}, Vulkan {self.api_version}, {self.driver})"
+
+
+# dtype -> the DeviceInfo flag it needs (None: every Vulkan device)
+_DTYPE_FEATURE: dict[np.dtype, str | None] = {
+    np.dtype(np.float32): None, np.dtype(np.int32): None, np.dtype(np.uint32): None,
+    np.dtype(np.float64): "float64", np.dtype(np.int64): "int64",
+    np.dtype(np.uint64): "int64", np.dtype(np.float16): "float16",
+    np.dtype(np.int16): "int16", np.dtype(np.uint16): "int16",
+    np.dtype(np.int8): "int8", np.dtype(np.uint8): "int8",
+}
+
+
+def dtype_feature(dtype: np.dtype) -> str | None:
+    """The device feature a dtype needs; TypeError for dtypes scopedgpu never supports."""
+    dt = np.dtype(dtype)
+    if dt.byteorder == ">":
+        raise TypeError(f"dtype {dt} is big-endian; GPUs read little-endian data")
+    dt = dt.newbyteorder("=")
+    if dt not in _DTYPE_FEATURE:
+        names = ", ".join(str(d) for d in _DTYPE_FEATURE)
+        raise TypeError(f"dtype {dt} is not supported by scopedgpu; use one of {names}")
+    return _DTYPE_FEATURE[dt]
+
+
+def check_dtype(dtype: np.dtype, info: DeviceInfo) -> None:
+    """The rule for the dtype of every array that reaches a device (tensor(), stream(),
+    pinned()): TypeError unless it is one scopedgpu supports, little-endian, and the
+    device has the feature it needs."""
+    feature = dtype_feature(dtype)
+    if feature is not None and not getattr(info, feature):
+        raise TypeError(f"dtype {dtype} needs the device feature '{feature}', which "
+                        f"{info.name} does not support")
 
 
 def _version(v: int) -> str:

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from scopedgpu import _vk
+from scopedgpu._device import DeviceInfo, check_dtype
 from scopedgpu._engine import Engine, fence_wait
 
 __all__ = ["contiguous_arrays", "copy", "host_to_mapped", "read_back", "upload"]
@@ -24,15 +25,20 @@ PARALLEL_COPY_MIN = 16 << 20     # host copies this large are split over threads
 _copier = None
 
 
-def contiguous_arrays(arrays: Any, label: str) -> list[np.ndarray]:
-    """The arrays as a list, each checked to be a C-contiguous numpy array (what a copy
-    or an import of its memory as one range needs); `label` names the i-th in the error
-    (a format string with {i})."""
+def contiguous_arrays(arrays: Any, label: str, info: DeviceInfo) -> list[np.ndarray]:
+    """The arrays as a list, each checked to be a numpy array of a dtype that tensor()
+    takes on this device (check_dtype: the one rule) and C-contiguous (what a copy or an
+    import of its memory as one range needs); `label` names the i-th in the error (a
+    format string with {i})."""
     out = list(arrays)
     for i, a in enumerate(out):
         if not isinstance(a, np.ndarray):
             raise TypeError(f"{label.format(i=i)} must be a numpy array, not "
                             f"{type(a).__name__}")
+        try:
+            check_dtype(a.dtype, info)
+        except TypeError as exc:
+            raise TypeError(f"{label.format(i=i)}: {exc}") from None
         if not a.flags.c_contiguous:
             raise ValueError(f"{label.format(i=i)} must be C-contiguous "
                              "(np.ascontiguousarray makes a contiguous copy)")

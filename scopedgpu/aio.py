@@ -49,12 +49,16 @@ SLICE = 0.005   # seconds the waiter thread blocks on one fence before polling t
 
 
 class _Entry:
+    """One awaited sequence. The waiter empties it (seq, loop, fut: None) in the step that
+    settles its future, so that nothing of the waiter's, a local of its loop included,
+    keeps the sequence (and through it its manager, tensors and algorithms) alive once
+    the wait is over."""
     __slots__ = ("seq", "loop", "fut")
 
     def __init__(self, seq: Sequence, loop: asyncio.AbstractEventLoop, fut: asyncio.Future):
-        self.seq = seq
-        self.loop = loop
-        self.fut = fut
+        self.seq: Any = seq
+        self.loop: Any = loop
+        self.fut: Any = fut
 
 
 def _settle(fut: asyncio.Future, exc: BaseException | None) -> None:
@@ -91,8 +95,12 @@ class _Waiter:
                 self.pending.remove(entry)
             except ValueError:
                 return
+            # Emptied before the future is settled: the awaiting coroutine resumes with
+            # nothing of its left here.
+            loop, fut = entry.loop, entry.fut
+            entry.seq = entry.loop = entry.fut = None
         try:
-            entry.loop.call_soon_threadsafe(_settle, entry.fut, exc)
+            loop.call_soon_threadsafe(_settle, fut, exc)
         except RuntimeError:
             pass             # the loop was closed: nobody is waiting any more
 
@@ -123,24 +131,30 @@ class _Waiter:
             with self.cond:
                 while not self.pending:
                     self.cond.wait()
-                batch = list(self.pending)
-            left = [e for e in batch if not self._done(e)]
-            if not left:
-                continue
-            oldest = left[0]
-            try:
-                done = oldest.seq.eval_await(SLICE)   # GIL and manager lock released
-            except DestroyedError as exc:
-                # Destroyed (or its manager closed) meanwhile: both complete its work first.
-                if oldest.seq.is_running:
-                    self._resolve(oldest, exc)
-                    continue
-                done = True
-            except BaseException as exc:
+            self._step()   # its locals (the batch) are gone before the next wait
+
+    def _step(self) -> None:
+        """Polls every pending entry, then waits one slice on the oldest still running.
+        (No local here names a sequence: the entries are emptied as they are resolved.)"""
+        with self.cond:
+            batch = list(self.pending)
+        left = [e for e in batch if not self._done(e)]
+        if not left:
+            return
+        oldest = left[0]
+        try:
+            done = oldest.seq.eval_await(SLICE)   # GIL and manager lock released
+        except DestroyedError as exc:
+            # Destroyed (or its manager closed) meanwhile: both complete its work first.
+            if oldest.seq.is_running:
                 self._resolve(oldest, exc)
-                continue
-            if done:
-                self._resolve(oldest, None)
+                return
+            done = True
+        except BaseException as exc:
+            self._resolve(oldest, exc)
+            return
+        if done:
+            self._resolve(oldest, None)
 
 
 _waiter = _Waiter()

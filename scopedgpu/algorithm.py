@@ -166,37 +166,115 @@ _NUMPY = {("float", 16): "float16", ("float", 32): "float32", ("float", 64): "fl
           ("uint", 64): "uint64"}
 
 
-def check_element_types(tensors: list[Tensor], info: ShaderInfo, what: str,
-                        reinterpret: bool = False) -> None:
-    """Compares each tensor's dtype with the element type of its binding's runtime array.
+def mismatched_binding(dtypes: Seq[np.dtype], info: ShaderInfo) -> int | None:
+    """The rule of algorithm() and stream() for binding i taking dtypes[i]: the first
+    binding whose dtype cannot be the element type of its runtime array, or None.
 
-    ShaderError when they differ: float64 from np.zeros() or int64 from np.arange() into
-    `float a[]`, float32 into `int a[]`, uint8 into `uint a[]`: the shader would read the
-    bytes as its own type, not convert them. int and uint of one width are accepted
-    (indices and bit patterns move between them freely). Bindings the module does not use
-    have no declared type and take any dtype. A deliberate reinterpretation says so,
-    either with a numpy view of the shader's type (mgr.tensor(arr.view(np.float32))) or
-    with algorithm(..., reinterpret=True), which skips this check (kp's behaviour).
-    """
-    if reinterpret:
-        return
-    for i, t in enumerate(tensors):
+    float64 from np.zeros() or int64 from np.arange() into `float a[]`, float32 into
+    `int a[]`, uint8 into `uint a[]` do not match: the shader would read the bytes as its
+    own type, not convert them. int and uint of one width match (indices and bit patterns
+    move between them freely). Bindings the module does not use have no declared type and
+    take any dtype. (Dtypes that are not numbers never reach this rule: check_dtype
+    refuses them first.)"""
+    for i, dt in enumerate(dtypes):
         elem = info.element_types.get(i)
-        kind = _KIND.get(t.dtype.kind)
+        kind = _KIND.get(dt.kind)
         if elem is None or kind is None:
             continue
         skind, swidth = elem
-        width = t.dtype.itemsize * 8
+        width = dt.itemsize * 8
         if (kind, width) == elem or ({kind, skind} == {"int", "uint"} and width == swidth):
             continue
-        glsl = _GLSL.get(elem, f"{skind}{swidth}")
-        want = _NUMPY.get(elem, glsl)
-        raise ShaderError(
-            f"{what}: binding {i} is {t!r} (dtype {t.dtype}), but the shader declares it "
-            f"as `{glsl}[]` ({swidth}-bit {skind}), so every value would be misread. "
-            f"Create the tensor with dtype={want} (e.g. mgr.tensor(arr.astype(np.{want}))), "
-            f"or change the shader's type; to reinterpret the bytes on purpose, pass a view "
-            f"(arr.view(np.{want})) or algorithm(..., reinterpret=True)")
+        return i
+    return None
+
+
+def _mismatch_message(what: str, i: int, name: str, dtype: np.dtype,
+                      info: ShaderInfo) -> tuple[str, str]:
+    """The start of the ShaderError for binding i, and the numpy name of the dtype the
+    shader wants."""
+    skind, swidth = elem = info.element_types[i]
+    glsl = _GLSL.get(elem, f"{skind}{swidth}")
+    want = _NUMPY.get(elem, glsl)
+    return (f"{what}: binding {i} is {name} (dtype {dtype}), but the shader declares it as "
+            f"`{glsl}[]` ({swidth}-bit {skind}), so every value would be misread", want)
+
+
+def check_element_types(tensors: list[Tensor], info: ShaderInfo, what: str,
+                        reinterpret: bool = False) -> None:
+    """algorithm()'s check of each tensor's dtype against the element type of its
+    binding's runtime array (mismatched_binding): ShaderError when they differ. A
+    deliberate reinterpretation says so, either with a numpy view of the shader's type
+    (mgr.tensor(arr.view(np.float32))) or with algorithm(..., reinterpret=True), which
+    skips this check (kp's behaviour).
+    """
+    if reinterpret:
+        return
+    i = mismatched_binding([t.dtype for t in tensors], info)
+    if i is None:
+        return
+    t = tensors[i]
+    head, want = _mismatch_message(what, i, repr(t), t.dtype, info)
+    raise ShaderError(
+        f"{head}. Create the tensor with dtype={want} (e.g. "
+        f"mgr.tensor(arr.astype(np.{want}))), or change the shader's type; to reinterpret "
+        f"the bytes on purpose, pass a view (arr.view(np.{want})) or "
+        "algorithm(..., reinterpret=True)")
+
+
+def check_array_element_types(arrays: Seq[np.ndarray], names: Seq[str], info: ShaderInfo,
+                              what: str) -> None:
+    """stream()'s check of the arrays bound to a shader (binding i is arrays[i], called
+    names[i] in the message): the rule of algorithm(), mismatched_binding."""
+    i = mismatched_binding([a.dtype for a in arrays], info)
+    if i is None:
+        return
+    head, want = _mismatch_message(what, i, names[i], arrays[i].dtype, info)
+    raise ShaderError(
+        f"{head}. Pass an array of dtype {want} (arr.astype(np.{want})), or change the "
+        f"shader's type; to reinterpret the bytes on purpose, pass a view "
+        f"(arr.view(np.{want}))")
+
+
+def spec_values(spec: tuple[list[int], list[int], list[int], bytes],
+                info: ShaderInfo) -> dict[int, Any]:
+    """The values of encoded specialization constants (encode_spec_consts), by id."""
+    values = {}
+    for sid, off, size in zip(spec[0], spec[1], spec[2]):
+        sc = info.spec_constants[sid]
+        fmt = _FMT.get((sc.kind, sc.width))
+        if fmt:
+            values[sid] = struct.unpack(fmt, spec[3][off:off + size])[0]
+    return values
+
+
+def parse_workgroup(workgroup: Any, what: str, maxc: tuple[int, int, int]) -> tuple[int, int, int]:
+    """A workgroup given by the caller: up to three integers, each from 1 to the device's
+    maxComputeWorkGroupCount on its axis; TypeError or ValueError naming it otherwise."""
+    if isinstance(workgroup, (str, bytes)) or not hasattr(workgroup, "__iter__"):
+        raise TypeError(f"{what}: workgroup must be a tuple of up to three "
+                        f"integers, not {type(workgroup).__name__} {workgroup!r}")
+    try:
+        wg_list = [operator.index(v) for v in workgroup]
+    except TypeError as exc:
+        raise TypeError(f"{what}: workgroup must be up to three integers, "
+                        f"not {workgroup!r}") from exc
+    if not 1 <= len(wg_list) <= 3:
+        raise ValueError(f"{what}: workgroup must have 1 to 3 entries, not {workgroup!r}")
+    wg_list += [1] * (3 - len(wg_list))
+    return _bounded((wg_list[0], wg_list[1], wg_list[2]), what, maxc)
+
+
+def _bounded(wg: tuple[int, int, int], what: str,
+             maxc: tuple[int, int, int]) -> tuple[int, int, int]:
+    for axis, (v, m) in enumerate(zip(wg, maxc)):
+        if v < 1:
+            raise ValueError(f"{what}: workgroup {wg} has {v} groups on axis {axis}; "
+                             "every axis needs at least 1")
+        if v > m:
+            raise ValueError(f"{what}: workgroup {wg} exceeds this device's "
+                             f"maxComputeWorkGroupCount {maxc} on axis {axis}")
+    return wg
 
 
 class Algorithm(Child):
@@ -248,13 +326,8 @@ class Algorithm(Child):
                              f"{dev.max_storage_buffers_per_stage} storage buffers per shader")
 
         spec = encode_spec_consts(spec_consts, info, what)
-        spec_values = {}
-        for sid, off, size in zip(spec[0], spec[1], spec[2]):
-            sc = info.spec_constants[sid]
-            fmt = _FMT.get((sc.kind, sc.width))
-            if fmt:
-                spec_values[sid] = struct.unpack(fmt, spec[3][off:off + size])[0]
-        local = info.local_size_with(spec_values)
+        values = spec_values(spec, info)
+        local = info.local_size_with(values)
         if (any(v < 1 for v in local)
                 or any(v > m for v, m in zip(local, dev.max_workgroup_size))
                 or local[0] * local[1] * local[2] > dev.max_workgroup_invocations):
@@ -276,7 +349,7 @@ class Algorithm(Child):
                 "takes push constants of 32- and 64-bit members only (a whole number of "
                 "4-byte words): use uint/int/float members and unpack narrow values in "
                 "the shader (e.g. unpackHalf2x16)")
-        shared = info.shared_memory_size_with(spec_values)
+        shared = info.shared_memory_size_with(values)
         if shared is not None and shared > dev.max_shared_memory_size:
             raise ShaderError(
                 f"{what}: the shader declares {shared} bytes of shared memory (Workgroup "
@@ -364,27 +437,8 @@ class Algorithm(Child):
                     f"{-(-wg[0] // maxc[0])}, 1), with the shader indexing "
                     "gl_GlobalInvocationID.y * gl_NumWorkGroups.x * gl_WorkGroupSize.x + "
                     "gl_GlobalInvocationID.x")
-        else:
-            if isinstance(workgroup, (str, bytes)) or not hasattr(workgroup, "__iter__"):
-                raise TypeError(f"{what}: workgroup must be a tuple of up to three "
-                                f"integers, not {type(workgroup).__name__} {workgroup!r}")
-            try:
-                wg_list = [operator.index(v) for v in workgroup]
-            except TypeError as exc:
-                raise TypeError(f"{what}: workgroup must be up to three integers, "
-                                f"not {workgroup!r}") from exc
-            if not 1 <= len(wg_list) <= 3:
-                raise ValueError(f"{what}: workgroup must have 1 to 3 entries, not {workgroup!r}")
-            wg_list += [1] * (3 - len(wg_list))
-            wg = (wg_list[0], wg_list[1], wg_list[2])
-        for axis, (v, m) in enumerate(zip(wg, maxc)):
-            if v < 1:
-                raise ValueError(f"{what}: workgroup {wg} has {v} groups on axis {axis}; "
-                                 "every axis needs at least 1")
-            if v > m:
-                raise ValueError(f"{what}: workgroup {wg} exceeds this device's "
-                                 f"maxComputeWorkGroupCount {maxc} on axis {axis}")
-        return wg
+            return _bounded(wg, what, maxc)
+        return parse_workgroup(workgroup, what, maxc)
 
     # -- public -------------------------------------------------------------------
     @property

@@ -29,7 +29,7 @@ from scopedgpu.ops import Op
 from scopedgpu.pinned import Pinned, pin
 from scopedgpu.sequence import Sequence
 from scopedgpu.stream import stream
-from scopedgpu.tensor import KINDS, Tensor, dtype_feature
+from scopedgpu.tensor import KINDS, Tensor
 
 __all__ = ["Manager", "live_vulkan_objects", "abandoned_managers"]
 
@@ -318,10 +318,7 @@ class Manager:
         return self.tensor(np.zeros(shape, dtype=dtype), kind=kind)
 
     def _check_dtype(self, dtype: np.dtype) -> None:
-        feature = dtype_feature(dtype)
-        if feature is not None and not getattr(self._state.info, feature):
-            raise TypeError(f"dtype {dtype} needs the device feature '{feature}', which "
-                            f"{self._state.info.name} does not support")
+        _device.check_dtype(dtype, self._state.info)
         if dtype.byteorder in ("=", "|"):
             self._dtypes_ok.add(dtype)
 
@@ -409,23 +406,28 @@ class Manager:
         with the upload of one chunk, the kernel on another and the download of a third
         overlapped (on the device's transfer queues when it has them). Binding i is the
         i-th distinct array of inputs + outputs; an array in both is read and written
-        (in place). `chunk_bytes` (default 8 MiB) bounds one chunk of the widest array;
-        `depth` chunks are in flight (default twice `workers`, the threads that copy
-        chunks into and out of pinned staging: default the CPU count less two, 2 to 14).
-        Writes the outputs and returns them. Everything it allocates is freed before it
-        returns, after the GPU is done with it, also when it raises. The kernel must treat
-        its bindings elementwise (each chunk is a separate dispatch over chunk-sized
-        buffers; the last chunk's buffers are not shrunk, so a kernel reads `length()` of
-        them and its tail results are discarded)."""
+        (in place). The arrays follow tensor()'s dtype rule (TypeError naming the
+        argument) and algorithm()'s binding rule (ShaderError when a dtype cannot be its
+        binding's declared element type). `chunk_bytes` (default 8 MiB) bounds one chunk
+        of the widest array (a chunk is also cut to what one binding spans and, without a
+        workgroup, to what one dispatch of the default grid covers); `depth` chunks are in
+        flight (default twice `workers`, the threads that copy chunks into and out of
+        pinned staging: default the CPU count less two, 2 to 14); all three are whole
+        numbers, at least 1. Writes the outputs and returns them. Everything it allocates
+        is freed before it returns, after the GPU is done with it, also when it raises.
+        The kernel must treat its bindings elementwise (each chunk is a separate dispatch
+        over chunk-sized buffers; the last chunk's buffers are not shrunk, so a kernel
+        reads `length()` of them and its tail results are discarded)."""
         engine = self._open()
         return stream(self, engine, spirv, inputs, outputs, push_consts=push_consts,
                       spec_consts=spec_consts, workgroup=workgroup, chunk_bytes=chunk_bytes,
                       depth=depth, workers=workers)
 
     def pinned(self, *arrays: np.ndarray) -> Pinned:
-        """Imports the memory of C-contiguous numpy arrays into the device, once, for
-        stream() to move their chunks by DMA alone (no copy through staging, no import per
-        chunk): `with mgr.pinned(x, y, out): mgr.stream(...)`. The arrays stay ordinary
+        """Imports the memory of C-contiguous numpy arrays (of dtypes tensor() takes: the
+        same TypeError otherwise) into the device, once, for stream() to move their chunks
+        by DMA alone (no copy through staging, no import per chunk):
+        `with mgr.pinned(x, y, out): mgr.stream(...)`. The arrays stay ordinary
         numpy arrays. The returned Pinned frees the imports at destroy() or at the end of
         its `with` block, after any stream() using them returned (or once it became
         unreachable); close() frees what is left. An array the device cannot import is

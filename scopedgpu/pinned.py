@@ -175,7 +175,7 @@ class Pinned(Child):
 
 
 def pin(mgr: Any, engine: Any, arrays: list[np.ndarray]) -> Pinned:
-    arrays = contiguous_arrays(arrays, "pinned(): argument {i}")
+    arrays = contiguous_arrays(arrays, "pinned(): argument {i}", engine.info)
     with engine.lock:
         engine.check_open()
         p = Pinned(mgr, engine, arrays)

@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import logging
+import math
+import numbers
 import os
 import time
 import threading
@@ -40,8 +42,11 @@ from typing import Any, Sequence as Seq
 import numpy as np
 
 from scopedgpu import _vk
-from scopedgpu._errors import DestroyedError
+from scopedgpu._errors import DestroyedError, ShaderError
+from scopedgpu._spirv import ShaderInfo
 from scopedgpu._transfer import contiguous_arrays
+from scopedgpu.algorithm import (check_array_element_types, encode_push_consts,
+                                 encode_spec_consts, parse_workgroup, spec_values)
 from scopedgpu.ops import OpAlgoDispatch, OpMemoryBarrier
 from scopedgpu.tensor import Tensor
 
@@ -52,16 +57,36 @@ DEFAULT_CHUNK = 8 * MiB
 _POLL_NS = 200_000       # one blocking wait slice while nothing else can progress
 
 
-def _arrays(arrays: Any, what: str, writable: bool) -> list[np.ndarray]:
+def _arrays(arrays: Any, what: str, writable: bool, info: Any) -> list[np.ndarray]:
+    """The arrays of `inputs` or `outputs` (what), each checked as tensor() checks an
+    array's dtype, and C-contiguous, cut along axis 0 into rows of at least one element."""
     if isinstance(arrays, np.ndarray):
         arrays = [arrays]
-    arrays = contiguous_arrays(arrays, f"stream(): {what}[{{i}}]")
+    elif isinstance(arrays, (str, bytes, bytearray, dict)) or not hasattr(arrays, "__iter__"):
+        raise TypeError(f"stream(): {what} must be a numpy array or a list of them, not "
+                        f"{type(arrays).__name__} {arrays!r}")
+    arrays = contiguous_arrays(arrays, f"stream(): {what}[{{i}}]", info)
     for i, a in enumerate(arrays):
         if writable and not a.flags.writeable:
             raise ValueError(f"stream(): {what}[{i}] is read-only")
         if a.ndim == 0:
             raise ValueError(f"stream(): {what}[{i}] is 0-d; arrays are cut along axis 0")
+        if not math.prod(a.shape[1:]):
+            raise ValueError(f"stream(): {what}[{i}] has shape {a.shape}: its rows (along "
+                             "axis 0) have no elements, and a kernel's binding needs at "
+                             "least one")
     return arrays
+
+
+def _count(value: Any, name: str, low: int, allowed: str) -> int:
+    """A whole-number argument of stream(): TypeError or ValueError naming it, the value
+    and what is allowed."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"stream(): {name} must be {allowed}, not {type(value).__name__} "
+                        f"{value!r}")
+    if value < low:
+        raise ValueError(f"stream(): {name} must be {allowed}, not {value!r}")
+    return int(value)
 
 
 class _Host:
@@ -101,15 +126,26 @@ class Streamer:
     """One stream() call: see the module docstring. Internal; Manager.stream() is the API."""
 
     def __init__(self, mgr: Any, engine: Any, spirv: bytes, inputs: list[np.ndarray],
-                 outputs: list[np.ndarray], *, push_consts: Any, spec_consts: Any,
+                 outputs: list[np.ndarray], *, shader: ShaderInfo,
+                 local_size: tuple[int, int, int], push_consts: Any, spec_consts: Any,
                  workgroup: Any, chunk_bytes: int, depth: int, workers: int):
         self.mgr = mgr
         self.state = engine
         arrays: list[np.ndarray] = []
-        for a in inputs + outputs:
-            if not any(a is b for b in arrays):
-                arrays.append(a)
+        names: list[str] = []    # binding i: arrays[i], called names[i] in errors
+        for what, given in (("inputs", inputs), ("outputs", outputs)):
+            for k, a in enumerate(given):
+                if not any(a is b for b in arrays):
+                    arrays.append(a)
+                    names.append(f"{what}[{k}]")
         self.arrays = arrays
+        unbound = [b for b in shader.bindings if b >= len(arrays)]
+        if unbound:
+            raise ShaderError(
+                f"stream(): the shader declares storage-buffer bindings {shader.bindings}, "
+                f"but {len(arrays)} distinct array(s) were given (binding i is the i-th "
+                f"distinct array of inputs + outputs: {', '.join(names)})")
+        check_array_element_types(arrays, names, shader, "stream()")
         self.up_idx = [i for i, a in enumerate(arrays) if any(a is b for b in inputs)]
         self.down_idx = [i for i, a in enumerate(arrays) if any(a is b for b in outputs)]
         for i in self.down_idx:
@@ -127,6 +163,22 @@ class Streamer:
         limit = int(engine.info.max_storage_buffer_range) or int(chunk_bytes)
         chunk_bytes = min(int(chunk_bytes), limit)
         self.chunk_rows = max(1, min(self.rows, chunk_bytes // row_bytes))
+        if workgroup is None:
+            # The default grid is algorithm()'s: one invocation per element of binding 0
+            # (elements of the type its shader declares: the dtype matches it), in one
+            # dispatch. A chunk is cut to what that dispatch can cover.
+            per_row = math.prod(arrays[0].shape[1:])
+            maxc = engine.info.max_workgroup_count[0]
+            cover = maxc * local_size[0]
+            if per_row > cover:
+                raise ValueError(
+                    f"stream(): no workgroup was given, and one row of {names[0]} (shape "
+                    f"{arrays[0].shape}: {per_row} elements) needs more than this "
+                    f"device's maxComputeWorkGroupCount[0] ({maxc}) groups of the "
+                    f"shader's local size {local_size[0]}: pass a workgroup (with the "
+                    "shader indexing gl_GlobalInvocationID.y too), or use a larger "
+                    "local_size_x")
+            self.chunk_rows = min(self.chunk_rows, cover // per_row)
         self.nchunks = -(-self.rows // self.chunk_rows) if self.rows else 0
         self.depth = max(1, min(depth, self.nchunks or 1))
         self.spirv, self.push_consts, self.spec_consts = spirv, push_consts, spec_consts
@@ -463,23 +515,37 @@ def stream(mgr: Any, engine: Any, spirv: bytes, inputs: Seq[np.ndarray],
            outputs: Seq[np.ndarray], *, push_consts: Any = None, spec_consts: Any = None,
            workgroup: Any = None, chunk_bytes: int | None = None, depth: int | None = None,
            workers: int | None = None) -> list[np.ndarray]:
-    ins = _arrays(inputs, "inputs", writable=False)
-    outs = _arrays(outputs, "outputs", writable=True)
+    """Manager.stream(): every argument checked (a TypeError or ValueError naming it, its
+    value and what is allowed) before anything is allocated."""
+    ins = _arrays(inputs, "inputs", False, engine.info)
+    outs = _arrays(outputs, "outputs", True, engine.info)
     if not outs:
         raise ValueError("stream(): needs at least one output array")
-    if chunk_bytes is None:
-        chunk_bytes = DEFAULT_CHUNK
-    if chunk_bytes <= 0:
-        raise ValueError(f"stream(): chunk_bytes must be positive, not {chunk_bytes}")
+    chunk_bytes = DEFAULT_CHUNK if chunk_bytes is None else _count(
+        chunk_bytes, "chunk_bytes", 1, "a whole number of bytes, at least 1 (None: 8 MiB)")
     if workers is None:
         # Host copies in parallel: one core copies about 10 GB/s (H200 host), 8 to 14
         # threads reach the memory's copy rate; leave a core or two to the main loop.
         workers = max(2, min(14, (os.cpu_count() or 2) - 2))
+    else:
+        workers = _count(workers, "workers", 1, "a whole number of threads, at least 1 "
+                         "(None: the CPU count less two, 2 to 14)")
     if depth is None:
         depth = max(3, min(32, 2 * workers))
-    if depth < 1:
-        raise ValueError(f"stream(): depth must be at least 1, not {depth}")
-    s = Streamer(mgr, engine, spirv, ins, outs, push_consts=push_consts, spec_consts=spec_consts,
-                 workgroup=workgroup, chunk_bytes=chunk_bytes, depth=depth, workers=workers)
+    else:
+        depth = _count(depth, "depth", 1, "a whole number of chunks in flight, at least 1 "
+                       "(None: twice workers, 3 to 32)")
+    with engine.lock:
+        engine.check_open()
+        shader = engine.reflections.get(spirv)
+    # Checked here too, so that their errors name stream() rather than a slot's algorithm.
+    encode_push_consts(push_consts, "stream()")
+    if workgroup is not None:
+        workgroup = parse_workgroup(workgroup, "stream()", engine.info.max_workgroup_count)
+    local = shader.local_size_with(spec_values(
+        encode_spec_consts(spec_consts, shader, "stream()"), shader))
+    s = Streamer(mgr, engine, spirv, ins, outs, shader=shader, local_size=local,
+                 push_consts=push_consts, spec_consts=spec_consts, workgroup=workgroup,
+                 chunk_bytes=chunk_bytes, depth=depth, workers=workers)
     s.run()
     return outs

@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from scopedgpu._base import Child, Handle, ids
+from scopedgpu._device import dtype_feature
 from scopedgpu._engine import Engine
 from scopedgpu._errors import ScopedGPUError
 from scopedgpu._pool import SMALL_LIMIT, Allocation, aligned_empty
@@ -18,28 +19,6 @@ T = TypeVar("T", bound="Tensor")
 __all__ = ["Tensor", "KINDS", "dtype_feature"]
 
 KINDS = ("device", "host", "storage")
-
-# dtype -> the DeviceInfo flag it needs (None: every Vulkan device)
-_DTYPE_FEATURE: dict[np.dtype, str | None] = {
-    np.dtype(np.float32): None, np.dtype(np.int32): None, np.dtype(np.uint32): None,
-    np.dtype(np.float64): "float64", np.dtype(np.int64): "int64",
-    np.dtype(np.uint64): "int64", np.dtype(np.float16): "float16",
-    np.dtype(np.int16): "int16", np.dtype(np.uint16): "int16",
-    np.dtype(np.int8): "int8", np.dtype(np.uint8): "int8",
-}
-
-
-def dtype_feature(dtype: np.dtype) -> str | None:
-    """The device feature a dtype needs; TypeError for dtypes scopedgpu never supports."""
-    dt = np.dtype(dtype)
-    if dt.byteorder == ">":
-        raise TypeError(f"dtype {dt} is big-endian; GPUs read little-endian data")
-    dt = dt.newbyteorder("=")
-    if dt not in _DTYPE_FEATURE:
-        names = ", ".join(str(d) for d in _DTYPE_FEATURE)
-        raise TypeError(f"dtype {dt} is not supported by scopedgpu; use one of {names}")
-    return _DTYPE_FEATURE[dt]
-
 
 def _free_unviewed(engine: weakref.ref[Engine], stage: Allocation) -> None:
     """A staging range that was a destroyed tensor's data(): back to the pool once the last

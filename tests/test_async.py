@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
+import weakref
 
 import numpy as np
 import pytest
@@ -259,3 +261,30 @@ def test_two_managers_two_loops(glsl):
         want = np.stack([2 * x + rep for rep in range(20)])
         np.testing.assert_array_equal(results[k], want)
     assert sg.live_vulkan_objects()["devices"] == 0
+
+
+def test_objects_dropped_after_an_await_are_collected(glsl):
+    # The waiter thread once kept its last batch (the sequence, and through it the
+    # manager) until the next aio call of the process: a manager dropped after an await
+    # was never closed. Nothing else may run after the await: no other aio call.
+    spirv = glsl(SCALE)
+    before = sg.live_vulkan_objects()
+    m = sg.Manager()
+    x = np.arange(1000, dtype=np.float32)
+    tx, ty = m.tensor(x), m.empty(x.size)
+    algo = m.algorithm([tx, ty], spirv, push_consts=[2.0, 1.0])
+    seq = m.sequence("kept")
+    seq.record(sg.OpTensorSyncDevice([tx])).record(sg.OpAlgoDispatch(algo))
+    seq.record(sg.OpTensorSyncLocal([ty]))
+
+    async def main(s: sg.Sequence) -> None:
+        await aio.eval(s)
+
+    asyncio.run(main(seq))
+    np.testing.assert_array_equal(ty.numpy(), 2 * x + 1)
+    refs = [weakref.ref(o) for o in (m, tx, ty, algo, seq)]
+    del m, tx, ty, algo, seq
+    gc.collect()
+    alive = [r() for r in refs if r() is not None]
+    assert not alive, f"still referenced after the await: {alive}"
+    assert sg.live_vulkan_objects() == before

@@ -15,7 +15,7 @@ import scopedgpu as sg
 import scopedgpu.pinned as spn
 import scopedgpu.stream as sst
 from scopedgpu._shaders import builtin_spirv
-from tests.test_stream import stream_unaligned_views
+from tests.test_stream import REFUSED_DTYPES, _array_of, stream_unaligned_views
 
 SAXPY = builtin_spirv("saxpy")      # binding 0: x, binding 1: y; y = a * x + y
 
@@ -178,6 +178,20 @@ def test_a_device_that_cannot_import_pins_nothing(mgr, streams, monkeypatch):
         mgr.stream(SAXPY, inputs=[x, y], outputs=[y], push_consts=[2.0], chunk_bytes=1 << 14)
     np.testing.assert_array_equal(y, 2 * x + 1)
     assert streams[-1].pinned == 0 and streams[-1].staged > 0
+    assert counts(mgr) == base
+
+
+@pytest.mark.parametrize("dtype", REFUSED_DTYPES, ids=str)
+def test_dtypes_tensor_refuses_pinned_refuses(mgr, dtype):
+    """pinned() applies tensor()'s dtype rule (once it imported a big-endian, complex,
+    bool or string array for stream() to rewrite bytewise), with tensor()'s message."""
+    bad = _array_of(dtype, 64)
+    with pytest.raises(TypeError) as by_tensor:
+        mgr.tensor(bad)
+    base = counts(mgr)
+    with pytest.raises(TypeError) as by_pinned:
+        mgr.pinned(np.ones(64, np.float32), bad)
+    assert str(by_pinned.value) == f"pinned(): argument 1: {by_tensor.value}"
     assert counts(mgr) == base
 
 

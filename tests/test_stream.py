@@ -100,6 +100,143 @@ def test_bad_arguments_raise_before_any_work(mgr, bad, match):
     np.testing.assert_array_equal(y, 1.0)
 
 
+# What tensor() refuses (scopedgpu never supports these, or GPUs cannot read them).
+REFUSED_DTYPES = [">f4", "complex64", "bool", "U1", "S4", "V4", "datetime64[s]",
+                  "timedelta64[s]", [("a", "<f4")], object]
+
+
+def _array_of(dtype, n: int) -> np.ndarray:
+    return np.full(n, 1.0, dtype=object) if dtype is object else np.ones(n, dtype)
+
+
+@pytest.mark.parametrize("where", ["inputs", "outputs"])
+@pytest.mark.parametrize("dtype", REFUSED_DTYPES, ids=str)
+def test_dtypes_tensor_refuses_stream_refuses(mgr, dtype, where):
+    """stream() once took these: a big-endian array came back as garbage, complex64 was
+    processed over half of each chunk, the others were rewritten bytewise as floats. It
+    applies tensor()'s rule now, with tensor()'s message, naming the argument."""
+    bad = _array_of(dtype, 64)
+    keep = bad.tobytes()
+    with pytest.raises(TypeError) as by_tensor:
+        mgr.tensor(bad)
+    x, y = np.ones(64, np.float32), np.ones(64, np.float32)
+    args = {"inputs": [bad, y], "outputs": [y]} if where == "inputs" else \
+        {"inputs": [x], "outputs": [bad]}
+    with pytest.raises(TypeError) as by_stream:
+        mgr.stream(SAXPY, push_consts=[2.0], **args)
+    assert f"stream(): {where}[0]" in str(by_stream.value)
+    assert str(by_tensor.value) in str(by_stream.value)
+    assert bad.tobytes() == keep
+    np.testing.assert_array_equal(y, 1.0)
+
+
+@pytest.mark.parametrize("dtype,where", [(np.float64, "inputs"), (np.int32, "outputs"),
+                                         (np.float16, "inputs")])
+def test_binding_element_types_are_checked_against_the_arrays(mgr, dtype, where):
+    """algorithm()'s rule (ShaderError when a binding's declared element type cannot be
+    the dtype), with the message naming the argument, not an internal tensor."""
+    if dtype == np.float16 and not mgr.device.float16:
+        pytest.skip("the device has no float16")
+    bad = np.ones(64, dtype)
+    x, y = np.ones(64, np.float32), np.ones(64, np.float32)
+    args = {"inputs": [bad, y], "outputs": [y]} if where == "inputs" else \
+        {"inputs": [x], "outputs": [bad]}
+    binding = 0 if where == "inputs" else 1
+    with pytest.raises(sg.ShaderError, match=rf"stream\(\): binding {binding} is {where}\[0\] "
+                       rf"\(dtype {np.dtype(dtype)}\).*`float\[\]`"):
+        mgr.stream(SAXPY, push_consts=[2.0], **args)
+    np.testing.assert_array_equal(bad, 1)
+    # int and uint of one width pass, as they do in algorithm()
+    u = np.arange(64, dtype=np.uint32)
+    o = np.zeros(64, np.int32)
+    mgr.stream(_ROWS2D_SPIRV(mgr), inputs=[u], outputs=[o])
+    np.testing.assert_array_equal(o, u.astype(np.int32) * 3 - 1)
+
+
+def _ROWS2D_SPIRV(mgr):
+    return sg.compile_glsl(ROWS2D)
+
+
+ONE_WIDE = """#version 450
+layout(local_size_x = 1) in;
+layout(set = 0, binding = 0) buffer V { float v[]; };
+void main() {
+    uint i = gl_GlobalInvocationID.x;
+    if (i < v.length()) v[i] = v[i] * 2.0 + 1.0;
+}
+"""
+
+
+def _small_group_count(mgr) -> int:
+    maxc = mgr.device.max_workgroup_count[0]
+    if maxc > 1 << 20:
+        pytest.skip(f"maxComputeWorkGroupCount[0] is {maxc}: a chunk that the default grid "
+                    "cannot cover would take gigabytes")
+    return maxc
+
+
+def test_default_grid_covers_chunks_larger_than_one_dispatch(mgr, glsl):
+    """No workgroup given: each chunk is cut to what one dispatch of the shader's local
+    size covers (here 1 wide, so maxComputeWorkGroupCount elements), instead of a refusal
+    that named an internal tensor and not chunk_bytes."""
+    maxc = _small_group_count(mgr)
+    v = np.arange(2 * maxc + 5, dtype=np.float32)
+    ref = v * 2 + 1
+    mgr.stream(glsl(ONE_WIDE), inputs=[v], outputs=[v], chunk_bytes=v.nbytes)
+    np.testing.assert_array_equal(v, ref)
+
+
+def test_a_row_the_default_grid_cannot_cover_names_workgroup(mgr, glsl):
+    maxc = _small_group_count(mgr)
+    v = np.ones((2, maxc + 1), np.float32)
+    with pytest.raises(ValueError, match=rf"stream\(\): .*inputs\[0\].*\(2, {maxc + 1}\)"
+                       r".*workgroup"):
+        mgr.stream(glsl(ONE_WIDE), inputs=[v], outputs=[v])
+    np.testing.assert_array_equal(v, 1)
+
+
+@pytest.mark.parametrize("kw,exc,match", [
+    ({"chunk_bytes": float("inf")}, TypeError, r"chunk_bytes.*inf"),
+    ({"chunk_bytes": float("nan")}, TypeError, r"chunk_bytes.*nan"),
+    ({"chunk_bytes": "4096"}, TypeError, r"chunk_bytes.*'4096'"),
+    ({"chunk_bytes": 4096.0}, TypeError, r"chunk_bytes.*4096\.0"),
+    ({"chunk_bytes": True}, TypeError, r"chunk_bytes.*True"),
+    ({"chunk_bytes": -1}, ValueError, r"chunk_bytes.*-1"),
+    ({"depth": 2.5}, TypeError, r"depth.*2\.5"),
+    ({"depth": "3"}, TypeError, r"depth.*'3'"),
+    ({"depth": -2}, ValueError, r"depth.*-2"),
+    ({"workers": "2"}, TypeError, r"workers.*'2'"),
+    ({"workers": 0}, ValueError, r"workers.*0"),
+    ({"workers": 1.0}, TypeError, r"workers.*1\.0"),
+    ({"inputs": 5}, TypeError, r"inputs.*int 5"),
+    ({"outputs": "y"}, TypeError, r"outputs.*str 'y'"),
+    ({"inputs": [np.ones((10, 0), np.float32)]}, ValueError, r"inputs\[0\].*\(10, 0\)"),
+    ({"outputs": [np.ones((0, 0), np.float32)]}, ValueError, r"outputs\[0\].*\(0, 0\)"),
+    ({"workgroup": "a"}, TypeError, r"workgroup.*str 'a'"),
+    ({"workgroup": (0, 1)}, ValueError, r"workgroup \(0, 1, 1\)"),
+    ({"push_consts": "x"}, TypeError, r"push_consts.*str 'x'"),
+    ({"spec_consts": [1.0]}, ValueError, r"specialization constant 0"),
+    ({"inputs": [], "outputs": [np.ones(8, np.float32)]}, sg.ShaderError,
+     r"bindings \[0, 1\], but 1 distinct array\(s\).*outputs\[0\]"),
+])
+def test_every_argument_error_names_the_argument_and_the_value(mgr, kw, exc, match):
+    x = np.ones(8, np.float32)
+    y = np.ones(8, np.float32)
+    args = {"inputs": [x, y], "outputs": [y], "push_consts": [1.0], **kw}
+    with pytest.raises(exc, match=match) as got:
+        mgr.stream(SAXPY, **args)
+    assert "stream()" in str(got.value)
+    np.testing.assert_array_equal(y, 1.0)
+
+
+def test_arguments_of_integer_types_are_taken(mgr):
+    x = np.ones(300, np.float32)
+    y = np.ones(300, np.float32)
+    mgr.stream(SAXPY, inputs=[x, y], outputs=[y], push_consts=[1.0],
+               chunk_bytes=np.int64(256), depth=np.uint8(2), workers=np.int32(1))
+    np.testing.assert_array_equal(y, 2.0)
+
+
 def test_read_only_output_is_refused(mgr):
     x = np.ones(8, np.float32)
     y = np.ones(8, np.float32)
