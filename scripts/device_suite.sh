@@ -35,7 +35,7 @@ rm -f "$logs"/*
 export SCOPEDGPU_QUEUES=${SCOPEDGPU_QUEUES-1}
 [ -d .sgcache ] && export SCOPEDGPU_CACHE_DIR=${SCOPEDGPU_CACHE_DIR:-$PWD/.sgcache}
 if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
-  "$py" -m pip install -q --no-index --no-deps --no-compile --disable-pip-version-check .whl/*.whl \
+  env -u PYTHONPATH "$py" -m pip install -q --no-index --no-deps --no-compile --force-reinstall --disable-pip-version-check .whl/*.whl \
     || { echo "device_suite: the wheels in .whl/ did not install"; exit 1; }
   site=$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   echo "$PWD" >"$site/scopedgpu-checkout.pth"
