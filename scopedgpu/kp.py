@@ -22,6 +22,7 @@ from typing import Any, Iterable
 import numpy as np
 
 import scopedgpu as _sg
+from scopedgpu._base import NoCopy
 from scopedgpu._errors import DestroyedError
 from scopedgpu._shaders import builtin_spirv
 
@@ -80,8 +81,9 @@ def _kind(tensor_type: Any) -> str:
 
 
 # -- tensors -------------------------------------------------------------------------
-class Tensor:
+class Tensor(NoCopy):
     """A kp tensor: one scopedgpu tensor, flat, with kp's methods."""
+    _copy_hint = "kp tensor"   # a copy would share the handle: TypeError
 
     def __init__(self, manager: Manager, native: _sg.Tensor, dtype: np.dtype):
         self._manager = manager
@@ -161,8 +163,9 @@ def _consts(values: Any, what: str) -> Any:
     return values or None
 
 
-class Algorithm:
+class Algorithm(NoCopy):
     """A compute shader bound to tensors (kp.Algorithm)."""
+    _copy_hint = "kp algorithm"   # a copy would share the handle: TypeError
 
     def __init__(self, manager: Manager, tensors: list[Tensor], spirv: bytes,
                  workgroup: Any, spec_consts: Any, push_consts: Any):
@@ -323,9 +326,10 @@ class SequenceRunningError(_sg.ScopedGPUError, RuntimeError):
     (kp raised RuntimeError; this is also a RuntimeError)."""
 
 
-class Sequence:
+class Sequence(NoCopy):
     """Recorded operations (kp.Sequence), over a scopedgpu sequence. Freed by destroy(),
     by Manager.destroy(), or when it becomes unreachable (after its GPU work)."""
+    _copy_hint = "kp sequence"   # a copy would share the handle: TypeError
 
     def __init__(self, manager: Manager, native: _sg.Sequence):
         self._manager = manager
@@ -443,11 +447,12 @@ def _properties(info: _sg.DeviceInfo) -> dict[str, Any]:
             "timestamps_supported": bool(info.timestamps)}
 
 
-class Manager:
+class Manager(NoCopy):
     """One Vulkan device (kp.Manager). `device` is an index as in kp (default 0;
     SCOPEDGPU_DEVICE overrides the default). `family_queue_indices`: one queue per entry
     (sequence(queue_index=i) runs on the i-th); scopedgpu takes them from the device's
     compute family. `desired_extensions` are checked to be names, not enabled."""
+    _copy_hint = "kp manager"   # a copy would share the handle: TypeError
 
     def __init__(self, device: int = 0, family_queue_indices: Iterable[int] = (),
                  desired_extensions: Iterable[str] = ()):

@@ -3,7 +3,9 @@
 scopedgpu's typed errors and lifetimes."""
 from __future__ import annotations
 
+import copy
 import gc
+import pickle
 
 import numpy as np
 import pytest
@@ -294,3 +296,21 @@ def test_constants_the_shader_does_not_declare_are_ignored(kmgr):
         .record(kp.OpAlgoDispatch(algo, [4.0]))
         .record(kp.OpTensorSyncLocal([t])).eval())
     assert t.data().tolist() == [1.0, 1.0]
+
+
+def test_copying_or_pickling_a_kp_object_raises(kmgr):
+    """A copy would share the native handle (destroying it destroyed the original):
+    copy.copy, copy.deepcopy and pickle raise TypeError, as for the native classes."""
+    t = kmgr.tensor([1, 2, 3])
+    algo = kmgr.algorithm([t], compile_source(ADD_ONE))
+    seq = kmgr.sequence()
+    for obj, hint in [(t, "tensor_t"), (algo, r"mgr\.algorithm"), (seq, r"mgr\.sequence"),
+                      (kmgr, r"kp\.Manager")]:
+        for how, call in [("copied", copy.copy), ("copied", copy.deepcopy),
+                          ("pickled", pickle.dumps)]:
+            with pytest.raises(TypeError, match=f"cannot be {how}.*{hint}"):
+                call(obj)
+    assert t.is_init() and algo.is_init() and seq.is_init()
+    seq.eval(kp.OpTensorSyncDevice([t])).eval(kp.OpAlgoDispatch(algo))
+    seq.eval(kp.OpTensorSyncLocal([t]))
+    assert t.data().tolist() == [2.0, 3.0, 4.0]
