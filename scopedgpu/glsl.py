@@ -137,7 +137,19 @@ def compile_glsl(source: str, *, defines: Mapping[str, object] | None = None) ->
         if res.returncode != 0:
             msg = (res.stderr + res.stdout).replace(str(src), "shader.comp").strip()
             raise _compile_error(name, msg, source)
-        spirv = out.read_bytes()
+        try:
+            spirv = _read_bounded(out, header=False)
+        except (OSError, _NotAnEntry) as exc:
+            raise ShaderError(f"{name} ({path}) exited 0 but wrote no SPIR-V "
+                              f"({exc.strerror if isinstance(exc, OSError) else exc}); "
+                              "check that it is a working GLSL compiler") from None
+    from scopedgpu._spirv_val import check_structure
+    try:
+        check_structure(spirv)
+    except ShaderError as exc:
+        raise ShaderError(f"{name} ({path}) exited 0 but wrote something that is not "
+                          f"SPIR-V ({exc}); check that it is a working GLSL "
+                          "compiler") from None
     _write_entry(cached, spirv)
     return spirv
 

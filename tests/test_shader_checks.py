@@ -423,6 +423,27 @@ def test_hostile_cache_entry_neither_blocks_nor_reads_forever(tmp_path, kind):
     assert entry.is_file() and not entry.is_symlink()
 
 
+@pytest.mark.parametrize("writes", ["nothing", "an empty file", "not SPIR-V"])
+def test_a_compiler_that_succeeds_without_spirv_is_named(tmp_path, monkeypatch, writes):
+    """A glslc that exits 0 without writing its output gave a bare FileNotFoundError for
+    a temporary path; one that wrote something else than SPIR-V had it cached and
+    returned. Both raise ShaderError naming the compiler, and nothing is cached."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    fake = bindir / "glslc"
+    body = {"nothing": "", "an empty file": ': > "$out"',
+            "not SPIR-V": 'printf "hello" > "$out"'}[writes]
+    fake.write_text('#!/bin/sh\nwhile [ $# -gt 0 ]; do [ "$1" = -o ] && out="$2"; shift; done\n'
+                    f"{body}\nexit 0\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(bindir))
+    monkeypatch.setenv("SCOPEDGPU_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(sg.ShaderError, match=r"glslc \(.*bin/glslc\) exited 0 but "):
+        sg.compile_glsl(shaders.ADD_ONE)
+    assert not (tmp_path / "cache" / "spirv").exists() or \
+        not list((tmp_path / "cache" / "spirv").iterdir())
+
+
 def test_capability_the_device_lacks_is_refused(worker):
     """The validator knows the Vulkan version, not the device's features: a module that
     declares Tessellation (which scopedgpu never enables) validates, and went to the
