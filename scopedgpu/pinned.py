@@ -26,7 +26,6 @@ from scopedgpu import _vk
 from scopedgpu._base import Child, Handle
 from scopedgpu._engine import sleep_unlocked
 from scopedgpu._transfer import contiguous_arrays
-from scopedgpu.tensor import dtype_feature
 
 log = logging.getLogger("scopedgpu")
 
@@ -177,18 +176,6 @@ class Pinned(Child):
 
 def pin(mgr: Any, engine: Any, arrays: list[np.ndarray]) -> Pinned:
     arrays = contiguous_arrays(arrays, "pinned(): argument {i}")
-    for i, a in enumerate(arrays):
-        # tensor()'s dtype rule: the memory is imported as it is, for shaders to read and
-        # write (an object array's references, a big-endian float, are no shader's data).
-        try:
-            feature = dtype_feature(a.dtype)
-        except TypeError as exc:
-            fix = (f" (pinned() imports the array as it is: a.astype('{a.dtype.newbyteorder('<').str}') "
-                   "is a little-endian copy)" if a.dtype.byteorder == ">" else "")
-            raise TypeError(f"pinned(): argument {i}: {exc}{fix}") from None
-        if feature is not None and not getattr(engine.info, feature):
-            raise TypeError(f"pinned(): argument {i}: dtype {a.dtype} needs the device "
-                            f"feature '{feature}', which {engine.info.name} does not support")
     with engine.lock:
         engine.check_open()
         p = Pinned(mgr, engine, arrays)
