@@ -156,7 +156,7 @@ class Programs:
                 raise
             prog = self.programs[key]
         # One line: an interrupt never falls between taking the reference and returning.
-        self.unused_programs.pop(key, None); prog.refs += 1; holder.program = prog; return prog  # noqa: E501,E702
+        self.unused_programs.pop(key, None); prog.refs += 1; holder.program = prog; return prog  # noqa: E702
 
     def unref(self, holder: Any) -> None:
         """Drops the reference `holder.program` (an algorithm's handle) holds, and clears
