@@ -34,10 +34,17 @@ COPY_HINTS = {
     "sequence": "create a new one with mgr.sequence() and record the operations into it",
     "pinned arrays": "pin the same arrays again with mgr.pinned(*p.arrays)",
     "manager": "open another one with sg.Manager(...) (in another process, open it there)",
+    # scopedgpu.kp's classes wrap the native ones, handle and all
+    "kp tensor": "create a new tensor from its data with mgr.tensor_t(t.data().copy())",
+    "kp algorithm": "create another one with mgr.algorithm(algo.get_tensors(), spirv, ...)",
+    "kp sequence": "create a new one with mgr.sequence() and record the operations into it",
+    "kp manager": "open another one with kp.Manager(...) (in another process, open it there)",
 }
 
 
 def refuse_copy(obj: object, what: str, how: str) -> TypeError:
+    """The TypeError that copying (`how` "copied") or pickling ("pickled") `obj` raises;
+    `what` picks the hint (a key of COPY_HINTS)."""
     return TypeError(f"{obj!r} cannot be {how}: it owns GPU resources that a copy would "
                      f"share. Instead, {COPY_HINTS[what]}.")
 
@@ -54,6 +61,23 @@ def first_destroyed(objs: list[Child]) -> Child | None:
 def handles_of(objs: Any) -> frozenset[Handle]:
     """The handles the objects own (what a submission that uses them keeps in flight)."""
     return frozenset(o._handle for o in objs)
+
+
+class NoCopy:
+    """Refuses copy.copy, copy.deepcopy and pickle with refuse_copy's TypeError, for a
+    class that holds a handle-owning object without being a Child (scopedgpu.kp's
+    wrappers): `_copy_hint` is its key of COPY_HINTS."""
+    __slots__ = ()
+    _copy_hint = "object"
+
+    def __copy__(self) -> Any:
+        raise refuse_copy(self, self._copy_hint, "copied")
+
+    def __deepcopy__(self, memo: Any) -> Any:
+        raise refuse_copy(self, self._copy_hint, "copied")
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        raise refuse_copy(self, self._copy_hint, "pickled")
 
 
 class Handle:

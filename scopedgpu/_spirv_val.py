@@ -33,6 +33,7 @@ from functools import lru_cache
 from typing import Any
 
 from scopedgpu._errors import ShaderError
+from scopedgpu._lazy import first_use
 from scopedgpu._spirv import MAGIC, words_of
 
 __all__ = ["check_module", "check_structure", "validator", "Validator", "missing_wheel",
@@ -113,7 +114,8 @@ def validator() -> Validator:
         return v
     with _lock:
         if _validator is None:
-            _validator = _load()
+            # cffi's FFI().cdef imports its C parser on first use: see _lazy.
+            _validator = first_use(_load)
         return _validator
 
 

