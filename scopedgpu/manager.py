@@ -435,25 +435,7 @@ class Manager:
         and stream() copies it as usual. An array of a dtype tensor() refuses, or not in
         the device's byte order, raises TypeError: its memory is imported as it is."""
         engine = self._open()
-        for i, a in enumerate(arrays):
-            if isinstance(a, np.ndarray):   # what is not: pin() says so
-                self._check_pinnable(i, a.dtype)
         return pin(self, engine, list(arrays))
-
-    def _check_pinnable(self, i: int, dtype: np.dtype) -> None:
-        """tensor()'s dtype rule for pinned() (an object array's references or a
-        big-endian float are no shader's data), naming the argument."""
-        try:
-            feature = dtype_feature(dtype)
-        except TypeError as exc:
-            fix = (f" (pinned() imports the array as it is: a.astype("
-                   f"'{dtype.newbyteorder('<').str}') is a little-endian copy)"
-                   if dtype.byteorder == ">" else "")
-            raise TypeError(f"pinned(): argument {i}: {exc}{fix}") from None
-        if feature is not None and not getattr(self._state.info, feature):
-            raise TypeError(f"pinned(): argument {i}: dtype {dtype} needs the device "
-                            f"feature '{feature}', which {self._state.info.name} does not "
-                            "support")
 
     def run(self, *ops: Op) -> None:
         """Records the ops in an anonymous sequence, evaluates it and destroys it."""
