@@ -21,6 +21,8 @@
 # with the library's default of 8 queues, 115 with one; set it empty for the default),
 # JOBS (files at once, default 4), FILE_TIMEOUT (seconds a file, default 150),
 # SUITE_DEADLINE (seconds after which no file starts and running ones are cut, default 510),
+# SUITE_LABEL (the code's name in the table; default: git's HEAD, which on the device
+# tool's machine is the commit its copy of .git has, not necessarily the tree sent),
 # SUITE_OUT (where the logs go; default $OUT where set, else build/device-suite).
 # Exit status: 0 when every file passed (skips allowed), 1 otherwise.
 set -uo pipefail
@@ -82,7 +84,7 @@ echo "$files" | awk -v slow="$slow" '$0 ~ slow {print 0, $0; next} /lifetime|fuz
 
 table=$out/device-suite.txt
 (
-  echo "device suite: $(git rev-parse --short HEAD 2>/dev/null || echo '?') on $("$py" -c 'import scopedgpu as sg; print(sg.devices()[0].name)' 2>/dev/null), $(date -u +%Y-%m-%dT%H:%MZ), $(( $(date +%s) - started )) s, $jobs at once, ${limit} s a file, SCOPEDGPU_QUEUES=${SCOPEDGPU_QUEUES:-default}"
+  echo "device suite: ${SUITE_LABEL:-$(git rev-parse --short HEAD 2>/dev/null || echo '?')} on $("$py" -c 'import scopedgpu as sg; print(sg.devices()[0].name)' 2>/dev/null), $(date -u +%Y-%m-%dT%H:%MZ), $(( $(date +%s) - started )) s, $jobs at once, ${limit} s a file, SCOPEDGPU_QUEUES=${SCOPEDGPU_QUEUES:-default}"
   printf '%-52s %7s %7s %7s %7s %7s  %s\n' file passed failed skipped errors seconds status
   total_p=0 total_f=0 total_s=0 total_e=0 bad=0
   for rcfile in "$logs"/*.rc; do
