@@ -39,18 +39,21 @@ static int has_layer(const char *name) {
     return found;
 }
 
-static int has_instance_extension(const char *name) {
+/* An instance extension of the loader and drivers (layer NULL) or of one layer. */
+static int has_extension(const char *layer, const char *name) {
     uint32_t n = 0;
-    if (sg__gvk.vkEnumerateInstanceExtensionProperties(NULL, &n, NULL) != VK_SUCCESS) return 0;
+    if (sg__gvk.vkEnumerateInstanceExtensionProperties(layer, &n, NULL) != VK_SUCCESS) return 0;
     VkExtensionProperties *props = calloc(n ? n : 1, sizeof *props);
     if (!props) return 0;
     int found = 0;
-    if (sg__gvk.vkEnumerateInstanceExtensionProperties(NULL, &n, props) >= 0)
+    if (sg__gvk.vkEnumerateInstanceExtensionProperties(layer, &n, props) >= 0)
         for (uint32_t i = 0; i < n; i++)
             if (strcmp(props[i].extensionName, name) == 0) found = 1;
     free(props);
     return found;
 }
+
+static int has_instance_extension(const char *name) { return has_extension(NULL, name); }
 
 /* Who owns what: the returned instance owns its VkInstance and messenger. On failure
  * nothing is left behind. */
@@ -79,7 +82,7 @@ int sg_instance_create(int debug, sg_instance **out) {
                              .pApplicationName = "scopedgpu",
                              .pEngineName = "scopedgpu",
                              .apiVersion = api};
-    const char *exts[2];
+    const char *exts[3];
     uint32_t next = 0;
     VkInstanceCreateFlags flags = 0;
     if (debug && has_instance_extension(VK_EXT_DEBUG_UTILS_EXTENSION_NAME))
@@ -88,6 +91,17 @@ int sg_instance_create(int debug, sg_instance **out) {
         exts[next++] = "VK_KHR_portability_enumeration";
         flags |= 0x00000001; /* VK_INSTANCE_CREATE_ENUMERATE_PORTABILITY_BIT_KHR */
     }
+    /* With the layer, its synchronization validation too: a missing or too narrow
+     * barrier is a data race no driver of this machine shows, only some others. */
+    VkValidationFeatureEnableEXT sync_validation =
+        VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT;
+    VkValidationFeaturesEXT features = {
+        .sType = VK_STRUCTURE_TYPE_VALIDATION_FEATURES_EXT,
+        .enabledValidationFeatureCount = 1,
+        .pEnabledValidationFeatures = &sync_validation};
+    if (debug && has_extension("VK_LAYER_KHRONOS_validation",
+                               VK_EXT_VALIDATION_FEATURES_EXTENSION_NAME))
+        exts[next++] = VK_EXT_VALIDATION_FEATURES_EXTENSION_NAME;
     const char *layers[] = {"VK_LAYER_KHRONOS_validation"};
     VkDebugUtilsMessengerCreateInfoEXT dbg = {
         .sType = VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT,
@@ -99,8 +113,13 @@ int sg_instance_create(int debug, sg_instance **out) {
         .pfnUserCallback = debug_callback,
         .pUserData = inst};
     int use_messenger = debug && next > 0 && strcmp(exts[0], VK_EXT_DEBUG_UTILS_EXTENSION_NAME) == 0;
+    int use_features = 0;
+    for (uint32_t i = 0; i < next; i++)
+        if (strcmp(exts[i], VK_EXT_VALIDATION_FEATURES_EXTENSION_NAME) == 0) use_features = 1;
+    if (use_features) features.pNext = use_messenger ? (const void *)&dbg : NULL;
     VkInstanceCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO,
-                               .pNext = use_messenger ? &dbg : NULL,
+                               .pNext = use_features ? (const void *)&features
+                                        : use_messenger ? (const void *)&dbg : NULL,
                                .flags = flags,
                                .pApplicationInfo = &app,
                                .enabledLayerCount = debug ? 1 : 0,

@@ -3,8 +3,18 @@
 Each op declares its accesses (Recorder.use: allocation, stage, write?) before its
 commands; the recorder inserts one global memory barrier before an op whose accesses
 conflict with those since the last barrier (read after write, write after write, write
-after read), with the stages and access masks of both sides. Host accesses (STAGE_HOST)
-are ordered by the fence and never need a barrier in the command buffer.
+after read). Its source scope is every stage and write since the last barrier; its
+destination is every GPU stage the recorder uses (compute and transfer) with every
+access, not only the stages of the op that needed it. That makes the invariant the
+recorder relies on when it forgets the accesses before a barrier true: everything before
+a barrier is ordered before, and its writes visible to, every later command. (With the
+op's own stages alone, a download copy after two dispatches read a tensor the first one
+wrote with only a compute-to-compute barrier between, and a download wrote a staging
+range an upload had read with only a transfer-to-compute barrier between: data races by
+the Vulkan spec that synchronization validation reports, SYNC-HAZARD-READ-AFTER-WRITE
+and -WRITE-AFTER-READ, and that a driver with separate caches for transfers would turn
+into stale downloads.) Host accesses (STAGE_HOST) are ordered by the fence and never need
+a barrier in the command buffer.
 """
 from __future__ import annotations
 
@@ -30,7 +40,8 @@ _ACCESS = {STAGE_COMPUTE: (ACCESS_SHADER_READ, ACCESS_SHADER_WRITE),
 class Recorder:
     """Inserts a barrier before an op whose accesses conflict with earlier ones since the
     last barrier (read after write, write after write, write after read). One global
-    memory barrier covers every earlier access, so the state resets after each."""
+    memory barrier, to every GPU stage, covers every earlier access for every later
+    command, so the state resets after each."""
 
     def __init__(self, h: Any):
         self.h = h
@@ -42,8 +53,7 @@ class Recorder:
         self.src_access = 0
 
     def use(self, uses: list[Use]) -> None:
-        dst_stages = 0
-        dst_access = 0
+        gpu = False
         hazard = False
         written = self.written
         read = self.read
@@ -51,11 +61,9 @@ class Recorder:
             if a in written or (write and a in read):
                 hazard = True
             if stage != STAGE_HOST:
-                dst_stages |= stage
-                r, w = _ACCESS[stage]
-                dst_access |= r | w
-        if hazard and dst_stages:
-            self.barrier(dst_stages, dst_access)
+                gpu = True
+        if hazard and gpu:
+            self.barrier(STAGES_GPU, ACCESS_ALL_GPU)
         for a, stage, write in uses:
             if stage == STAGE_HOST:
                 continue
