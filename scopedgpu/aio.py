@@ -32,6 +32,8 @@ work: the sequence still runs, and its `with` block's exit waits for it as usual
 from __future__ import annotations
 
 import asyncio
+import math
+import numbers
 import os
 import threading
 from typing import TYPE_CHECKING, Any
@@ -169,14 +171,34 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_reset_after_fork)
 
 
+def _check_seq(seq: Any, what: str) -> None:
+    from scopedgpu.sequence import Sequence
+    if not isinstance(seq, Sequence):
+        raise TypeError(f"{what}: seq must be a scopedgpu Sequence (manager.sequence()), not "
+                        f"{type(seq).__name__} {seq!r}")
+
+
+def _timeout(timeout: Any, what: str) -> float | None:
+    """eval_await's rule: None or math.inf (no limit), or a number of seconds >= 0."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
+        raise TypeError(f"{what}: timeout must be None or a number of seconds, not "
+                        f"{type(timeout).__name__} {timeout!r}")
+    if math.isnan(timeout) or timeout < 0:
+        raise ValueError(f"{what}: timeout must be None or >= 0 seconds, not {timeout!r}")
+    return None if math.isinf(timeout) else float(timeout)
+
+
 async def wait(seq: Sequence, timeout: float | None = None) -> bool:
     """Awaits the last submission of `seq` (made with `eval_async`), at most `timeout`
-    seconds (None: no limit), without blocking the event loop. True when it completed
-    (the host copies of its OpTensorSyncLocal ops are then done), False on timeout (the
-    sequence still runs). A wait the driver fails raises DeviceError."""
+    seconds (None or math.inf: no limit), without blocking the event loop. True when it
+    completed (the host copies of its OpTensorSyncLocal ops are then done), False on
+    timeout (the sequence still runs). A wait the driver fails raises DeviceError; an
+    argument of the wrong type or value raises TypeError or ValueError naming it."""
+    _check_seq(seq, "aio.wait()")
+    timeout = _timeout(timeout, "aio.wait()")
     seq.check_alive()
-    if timeout is not None and not timeout >= 0:
-        raise ValueError(f"timeout must be None or >= 0 seconds, not {timeout!r}")
     if not seq.is_running:
         return True
     loop = asyncio.get_running_loop()
@@ -196,6 +218,7 @@ async def eval(seq: Sequence, op: Op | None = None) -> Sequence:
     """`seq.eval(op)` as a coroutine: submits the recorded operations (with an op: clears
     the sequence and records it first, as kp does), then awaits their completion without
     blocking the event loop. A submission still running is awaited before resubmitting."""
+    _check_seq(seq, "aio.eval()")
     if seq.is_running:
         await wait(seq)
     seq.eval_async(op)
@@ -206,6 +229,10 @@ async def eval(seq: Sequence, op: Op | None = None) -> Sequence:
 async def run(manager: Manager, *ops: Op) -> None:
     """`manager.run(*ops)` as a coroutine: records the ops in an anonymous sequence,
     evaluates it without blocking the event loop, and destroys it."""
+    from scopedgpu.manager import Manager
+    if not isinstance(manager, Manager):
+        raise TypeError(f"aio.run(): manager must be a scopedgpu Manager, not "
+                        f"{type(manager).__name__} {manager!r}")
     with manager.sequence() as seq:
         for op in ops:
             seq.record(op)

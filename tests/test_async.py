@@ -288,3 +288,31 @@ def test_objects_dropped_after_an_await_are_collected(glsl):
     alive = [r() for r in refs if r() is not None]
     assert not alive, f"still referenced after the await: {alive}"
     assert sg.live_vulkan_objects() == before
+
+
+def test_every_aio_argument_is_checked_with_an_error_naming_it(mgr):
+    """aio.wait/eval/run refuse what is not a sequence or a manager, and a timeout that
+    is not a number of seconds, naming the argument and the value (as eval_await does),
+    before anything is awaited."""
+    t = mgr.tensor(np.arange(4, dtype=np.float32))
+    seq = mgr.sequence().record(sg.OpTensorSyncDevice([t]))
+
+    async def main():
+        for call, exc, match in (
+                (lambda: aio.wait(5), TypeError, r"aio.wait\(\): seq must be a .*Sequence.*int 5"),
+                (lambda: aio.wait(None), TypeError, r"aio.wait\(\): seq .*NoneType None"),
+                (lambda: aio.eval(mgr), TypeError, r"aio.eval\(\): seq .*Manager"),
+                (lambda: aio.run(5), TypeError, r"aio.run\(\): manager must be a .*Manager.*int 5"),
+                (lambda: aio.wait(seq, "a"), TypeError, r"aio.wait\(\): timeout .*str 'a'"),
+                (lambda: aio.wait(seq, True), TypeError, r"aio.wait\(\): timeout .*bool True"),
+                (lambda: aio.wait(seq, float("nan")), ValueError, r"aio.wait\(\): timeout .*nan"),
+                (lambda: aio.wait(seq, -1), ValueError, r"aio.wait\(\): timeout .*-1")):
+            with pytest.raises(exc, match=match):
+                await call()
+        seq.eval_async()
+        assert await aio.wait(seq, float("inf")) is True     # no limit, as eval_await
+        assert await aio.wait(seq, np.float64(1.5)) is True
+
+    asyncio.run(main())
+    seq.destroy()
+    t.destroy()
