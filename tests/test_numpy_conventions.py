@@ -61,3 +61,37 @@ def test_enter_returns_the_object_itself(mgr):
     with sg.Manager() as m:
         assert type(m) is sg.Manager
     assert m.closed
+
+
+def test_non_numeric_input_is_refused_and_buffers_keep_their_bytes(mgr):
+    """tensor(None) made a NaN tensor and [None] a NaN element; bytes and memoryviews
+    were parsed as float32. Now None and non-numeric elements raise TypeError, and any
+    buffer-protocol object keeps its own element type and shape (bytes: uint8)."""
+    import array
+    for bad in (None, [None], [1.0, None], ["a"], [[1.0], "x"], {"a": 1}):
+        with pytest.raises(TypeError, match=r"mgr\.tensor\(\)"):
+            mgr.tensor(bad)
+    made = []
+    raw = bytes([1, 2, 250, 0])
+    if mgr.device.int8:
+        t = mgr.tensor(raw)
+        made.append(t)
+        assert t.dtype == np.uint8 and t.shape == (4,)
+        np.testing.assert_array_equal(t.data(), [1, 2, 250, 0])
+        made.append(mgr.tensor(bytearray(raw)))
+        assert made[-1].dtype == np.uint8
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    t = mgr.tensor(memoryview(x))
+    made.append(t)
+    assert t.dtype == np.float32 and t.shape == (2, 3)
+    np.testing.assert_array_equal(t.data(), x)
+    t = mgr.tensor(array.array("i", [5, -6, 7]))
+    made.append(t)
+    assert t.dtype == np.int32
+    np.testing.assert_array_equal(t.data(), [5, -6, 7])
+    t = mgr.tensor([True, 2, 3.5])                  # numbers of any Python type: float32, as kp
+    made.append(t)
+    assert t.dtype == np.float32
+    np.testing.assert_array_equal(t.data(), [1.0, 2.0, 3.5])
+    for t in made:
+        t.destroy()
