@@ -529,7 +529,7 @@ def after_fork() -> None:
     parent's device (VK_ERROR_DEVICE_LOST there, and a crash here); lavapipe's join
     threads that exist only in the parent (a crash). The shim registers an exit handler
     that ends the child with its own status once Python has finalized, before theirs
-    (docs/troubleshooting.md, "fork")."""
+    (docs/troubleshooting.md, "fork and multiprocessing")."""
     global FORKED_FROM_DRIVER
     rc = _vk.exit_guard()
     if rc != 0:
