@@ -85,7 +85,7 @@ def _members(cls: type) -> list[tuple[str, Any]]:
 def _class(name: str, cls: type) -> list[str]:
     lines = []
     bases = [b.__name__ for b in cls.__bases__
-             if b is not object and not b.__name__.startswith(("Child", "_"))]
+             if b is not object and not b.__name__.startswith(("Child", "NoCopy", "_"))]
     base = f"({', '.join(bases)})" if bases else ""
     if dataclasses.is_dataclass(cls):
         lines.append(f"### class `{name}{base}`\n")

@@ -64,20 +64,21 @@ def handles_of(objs: Any) -> frozenset[Handle]:
 
 
 class NoCopy:
-    """Refuses copy.copy, copy.deepcopy and pickle with refuse_copy's TypeError, for a
-    class that holds a handle-owning object without being a Child (scopedgpu.kp's
-    wrappers): `_copy_hint` is its key of COPY_HINTS."""
+    """Refuses copy.copy, copy.deepcopy and pickle with refuse_copy's TypeError: a copy
+    would share the handle, and destroying one would free what the other uses. The base
+    of every class that owns or wraps a handle (Child, Manager, scopedgpu.kp's wrappers);
+    `_what` is its key of COPY_HINTS."""
     __slots__ = ()
-    _copy_hint = "object"
+    _what = "object"
 
     def __copy__(self) -> Any:
-        raise refuse_copy(self, self._copy_hint, "copied")
+        raise refuse_copy(self, self._what, "copied")
 
     def __deepcopy__(self, memo: Any) -> Any:
-        raise refuse_copy(self, self._copy_hint, "copied")
+        raise refuse_copy(self, self._what, "copied")
 
     def __reduce_ex__(self, protocol: Any) -> Any:
-        raise refuse_copy(self, self._copy_hint, "pickled")
+        raise refuse_copy(self, self._what, "pickled")
 
 
 class Handle:
@@ -135,13 +136,12 @@ class ChildSet:
         self.refs.clear()
 
 
-class Child:
+class Child(NoCopy):
     """Base of Tensor, Algorithm and Sequence: destroy() at most once, `destroyed`,
     DestroyedError on use after destroy or after the manager closed, `with` scoping."""
     # What every child sets, as slots (see Tensor); subclasses without __slots__ of their
     # own get a __dict__ as usual.
     __slots__ = ("_mgr", "_engine", "_id", "_destroyed", "_handle", "_ref", "__weakref__")
-    _what = "object"
     _mgr: Any
     _engine: Any
 
@@ -209,16 +209,6 @@ class Child:
             why = "its manager was closed" if state.closed else "destroy() was called"
             raise DestroyedError(
                 f"{self!r} cannot be used: {why}. Create a new {self._what} instead.")
-
-    # A copy would share the handle: destroying one would free what the other uses.
-    def __copy__(self) -> Any:
-        raise refuse_copy(self, self._what, "copied")
-
-    def __deepcopy__(self, memo: Any) -> Any:
-        raise refuse_copy(self, self._what, "copied")
-
-    def __reduce_ex__(self, protocol: Any) -> Any:
-        raise refuse_copy(self, self._what, "pickled")
 
     def _mark_destroyed(self) -> Handle | None:
         """Marks the object destroyed; returns its handle if the caller must release it."""

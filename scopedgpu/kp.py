@@ -111,7 +111,7 @@ def _items(values: Any, what: str, allowed: str) -> list[Any]:
 # -- tensors -------------------------------------------------------------------------
 class Tensor(NoCopy):
     """A kp tensor: one scopedgpu tensor, flat, with kp's methods."""
-    _copy_hint = "kp tensor"   # a copy would share the handle: TypeError
+    _what = "kp tensor"   # NoCopy: a copy would share the handle
 
     def __init__(self, manager: Manager, native: _sg.Tensor, dtype: np.dtype):
         self._manager = manager
@@ -199,7 +199,7 @@ def _consts(values: Any, what: str) -> Any:
 
 class Algorithm(NoCopy):
     """A compute shader bound to tensors (kp.Algorithm)."""
-    _copy_hint = "kp algorithm"   # a copy would share the handle: TypeError
+    _what = "kp algorithm"   # NoCopy: a copy would share the handle
 
     def __init__(self, manager: Manager, tensors: list[Tensor], spirv: bytes,
                  workgroup: Any, spec_consts: Any, push_consts: Any):
@@ -373,7 +373,7 @@ class SequenceRunningError(_sg.ScopedGPUError, RuntimeError):
 class Sequence(NoCopy):
     """Recorded operations (kp.Sequence), over a scopedgpu sequence. Freed by destroy(),
     by Manager.destroy(), or when it becomes unreachable (after its GPU work)."""
-    _copy_hint = "kp sequence"   # a copy would share the handle: TypeError
+    _what = "kp sequence"   # NoCopy: a copy would share the handle
 
     def __init__(self, manager: Manager, native: _sg.Sequence):
         self._manager = manager
@@ -506,7 +506,7 @@ class Manager(NoCopy):
     SCOPEDGPU_DEVICE overrides the default). `family_queue_indices`: one queue per entry
     (sequence(queue_index=i) runs on the i-th); scopedgpu takes them from the device's
     compute family. `desired_extensions` are checked to be names, not enabled."""
-    _copy_hint = "kp manager"   # a copy would share the handle: TypeError
+    _what = "kp manager"   # NoCopy: a copy would share the handle
 
     def __init__(self, device: int = 0, family_queue_indices: Iterable[int] = (),
                  desired_extensions: Iterable[str] = ()):

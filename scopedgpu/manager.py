@@ -16,7 +16,7 @@ from typing import Any, Sequence as Seq, TypeVar
 import numpy as np
 
 from scopedgpu import _device, _vk
-from scopedgpu._base import refuse_copy
+from scopedgpu._base import NoCopy
 from scopedgpu._caches import Programs, Reflections, SequenceCache
 from scopedgpu._errors import DeviceError, NoDeviceError
 from scopedgpu._engine import (DEFAULT_WAIT_TIMEOUT, STATES, Engine, Roots,  # noqa: F401
@@ -109,7 +109,7 @@ def _queues_from_env() -> int:
     return n
 
 
-class Manager:
+class Manager(NoCopy):
     """One Vulkan device and everything made on it.
 
     Manager(device=None, *, debug=None, memory_limit=None, wait_timeout=None): `device` is
@@ -132,6 +132,8 @@ class Manager:
     uploads wait under it). One Sequence evaluated from several threads is serialized.
     See docs/threads.md.
     """
+
+    _what = "manager"   # NoCopy: a copy would share the device
 
     def __init__(self, device: int | str | None = None, *, debug: bool | None = None,
                  memory_limit: int | None = None, wait_timeout: float | None = None):
@@ -259,16 +261,6 @@ class Manager:
         for GPU work before giving up on it (Manager(wait_timeout=...), or
         SCOPEDGPU_WAIT_TIMEOUT; default 10)."""
         return self._state.wait_timeout
-
-    # A copy would share the device: closing one would destroy what the other uses.
-    def __copy__(self) -> Any:
-        raise refuse_copy(self, "manager", "copied")
-
-    def __deepcopy__(self, memo: Any) -> Any:
-        raise refuse_copy(self, "manager", "copied")
-
-    def __reduce_ex__(self, protocol: Any) -> Any:
-        raise refuse_copy(self, "manager", "pickled")
 
     def __repr__(self) -> str:
         st = self._state
