@@ -12,8 +12,6 @@ the second algorithm's dispatch); an error of the second algorithm() exits 1 wit
 traceback."""
 from __future__ import annotations
 
-import dis
-import functools
 import json
 import os
 import sys
@@ -23,6 +21,7 @@ import numpy as np
 import scopedgpu as sg
 import scopedgpu.kp as kp
 from scopedgpu import _spirv_val
+from untraced import skipped   # (this script's folder is on sys.path)
 
 ADD_ONE = """#version 450
 layout(local_size_x = 1) in;
@@ -33,26 +32,6 @@ PKG = os.path.dirname(os.path.abspath(sg.__file__))
 WATCHED = (f"{os.sep}cffi{os.sep}", f"{os.sep}pycparser{os.sep}", f"{os.sep}ply{os.sep}",
            os.path.join(PKG, "_spirv_val.py"), os.path.join(PKG, "glsl.py"),
            os.path.join(PKG, "_lazy.py"))
-
-
-@functools.lru_cache(maxsize=None)
-def _skipped(code) -> frozenset[int]:
-    """Offsets where no line is counted: a `with` block's normal exit and the loop head of
-    a comprehension CPython 3.12+ inlines. An exception raised by a tracer there skips the
-    block's __exit__ (a lock stays held) or the function's `except`, where a real Ctrl-C
-    cannot land or is caught (see tests/lifetime/test_interrupts.py, _with_exits and
-    _comprehension_heads)."""
-    ins = list(dis.get_instructions(code))
-    out = set()
-    for i, x in enumerate(ins):
-        if i + 3 < len(ins) and all(y.opname == "LOAD_CONST" and y.argval is None
-                                    for y in ins[i:i + 3]) \
-                and ins[i + 3].opname in ("PRECALL", "CALL") and ins[i + 3].arg == 2:
-            out.add(x.offset)
-        if x.opname == "FOR_ITER" and any(y.opname == "LOAD_FAST_AND_CLEAR"
-                                          for y in ins[max(0, i - 6):i]):
-            out.add(x.offset)
-    return frozenset(out)
 
 
 class Inject:
@@ -67,7 +46,7 @@ class Inject:
         return None
 
     def localtrace(self, frame, event, arg):
-        if event == "line" and not self.fired and frame.f_lasti not in _skipped(frame.f_code):
+        if event == "line" and not self.fired and frame.f_lasti not in skipped(frame.f_code):
             self.count += 1
             if frame.f_code.co_name == "<module>":
                 self.bodies = [self.bodies[0] or self.count, self.count]

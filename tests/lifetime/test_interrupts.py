@@ -10,14 +10,13 @@ The interrupt is injected with sys.settrace: for k = 1, 2, ... the k-th line exe
 in the modules of those paths (INJECTED) raises KeyboardInterrupt, until a run
 completes without reaching line k; a failure names the line where it fired. Every line
 is swept (a few seconds in all: the collector skips the objects frozen before each
-sweep), but for the line event CPython reports at a `with` block's exit (see
-_with_exits). Lines inside the memory pool's and the SPIR-V reader's own bookkeeping are not
+sweep), but for the line events where a tracer's exception behaves as no real Ctrl-C
+does (see untraced.py: a `with` block's exit, an inlined comprehension's loop head).
+Lines inside the memory pool's and the SPIR-V reader's own bookkeeping are not
 interrupted (see docs/guide.md, reliability)."""
 from __future__ import annotations
 
 import contextlib
-import dis
-import functools
 import gc
 import os
 import sys
@@ -31,6 +30,7 @@ from scopedgpu._ffi import ffi
 from scopedgpu.manager import live_vulkan_objects
 
 from lt_shaders import add_one_spirv
+from untraced import skipped
 
 PKG = os.path.dirname(os.path.abspath(sg.__file__))
 INJECTED = tuple(os.path.join(PKG, f) for f in (
@@ -40,42 +40,6 @@ INJECTED = tuple(os.path.join(PKG, f) for f in (
 # Not _vk.py, the door to C: its wrappers are one C call and a return-code check (as
 # _errors.check was), and the pool, which is not swept (see above), calls them too.
 DEBUG = os.environ.get("SCOPEDGPU_DEBUG", "") not in ("", "0")
-
-
-@functools.lru_cache(maxsize=None)
-def _with_exits(code) -> frozenset[int]:
-    """Offsets where a `with` block's normal exit begins (`__exit__(None, None, None)`).
-    CPython reports a line event there (the `with` line again) outside the block's
-    exception range, so an exception raised by the tracer at that event skips __exit__
-    and leaves a lock held; a real Ctrl-C cannot land there (the interpreter checks for
-    signals at calls and backward jumps, not before this call), so no line is counted
-    there. (Counted, they left the manager's RLock held by the sweeping thread, and
-    close() in another thread waited for it forever.)"""
-    ins = list(dis.get_instructions(code))
-    out = set()
-    for i in range(len(ins) - 3):
-        if all(x.opname == "LOAD_CONST" and x.argval is None for x in ins[i:i + 3]) \
-                and ins[i + 3].opname in ("PRECALL", "CALL") and ins[i + 3].arg == 2:
-            out.add(ins[i].offset)
-    return frozenset(out)
-
-
-@functools.lru_cache(maxsize=None)
-def _comprehension_heads(code) -> frozenset[int]:
-    """Offsets of the loop heads (FOR_ITER) of comprehensions that CPython 3.12 and later
-    inline into their function (PEP 709). CPython reports a line event there at each
-    iteration, and an exception the tracer raises at that event escapes the function's
-    own `except` (seen on 3.12.1 and 3.13.0: the handler is skipped, so an algorithm()
-    cut there leaked its pipeline), where a real Ctrl-C, delivered at the loop's
-    backward jump or at a call, is caught (checked with SIGALRM on the same versions).
-    So no line is counted there."""
-    ins = list(dis.get_instructions(code))
-    out = set()
-    for i, x in enumerate(ins):
-        if x.opname == "FOR_ITER" and any(y.opname == "LOAD_FAST_AND_CLEAR"
-                                          for y in ins[max(0, i - 6):i]):
-            out.add(x.offset)
-    return frozenset(out)
 
 
 class _Inject:
@@ -96,8 +60,7 @@ class _Inject:
         return None
 
     def localtrace(self, frame, event, arg):
-        if event == "line" and not self.fired and frame.f_lasti not in _with_exits(frame.f_code) \
-                and frame.f_lasti not in _comprehension_heads(frame.f_code):
+        if event == "line" and not self.fired and frame.f_lasti not in skipped(frame.f_code):
             self.count += 1
             if self.count == self.k:
                 self.fired = True
