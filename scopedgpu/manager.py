@@ -79,10 +79,13 @@ def _from_python(data: Any, dtype: Any) -> tuple[Any, Any]:
     if view is not None:
         return np.asarray(view), dtype
     try:
-        kind = np.asarray(data).dtype.kind
+        probe = np.asarray(data)
     except (TypeError, ValueError) as exc:   # ragged nesting
         raise TypeError(f"mgr.tensor(): cannot make a tensor from {type(data).__name__} "
                         f"{data!r:.80}: {exc}") from None
+    kind = probe.dtype.kind
+    if kind == "O" and all(isinstance(v, numbers.Real) for v in probe.ravel()):
+        kind = "f"   # integers beyond 64 bits: numbers all the same
     if kind not in "biuf":
         raise TypeError(f"mgr.tensor(): data must be numbers, not {type(data).__name__} "
                         f"{data!r:.80} (numpy reads it as dtype kind {kind!r})")

@@ -89,9 +89,9 @@ def test_non_numeric_input_is_refused_and_buffers_keep_their_bytes(mgr):
     made.append(t)
     assert t.dtype == np.int32
     np.testing.assert_array_equal(t.data(), [5, -6, 7])
-    t = mgr.tensor([True, 2, 3.5])                  # numbers of any Python type: float32, as kp
+    t = mgr.tensor([True, 2, 3.5, 2**70])          # numbers of any Python type: float32, as kp
     made.append(t)
     assert t.dtype == np.float32
-    np.testing.assert_array_equal(t.data(), [1.0, 2.0, 3.5])
+    np.testing.assert_array_equal(t.data(), np.array([1.0, 2.0, 3.5, 2.0**70], np.float32))
     for t in made:
         t.destroy()
