@@ -241,7 +241,19 @@ class Engine(Validation):
         if limbo:
             for i in range(len(limbo) - 1, -1, -1):
                 if _vk.seq_status(limbo[i]) == 0:
-                    _vk.seq_destroy(limbo.pop(i))   # one line (Ctrl-C)
+                    # Out of the list by a store, not by pop() (a call into C, after
+                    # which Ctrl-C could land before the destroy), then destroyed.
+                    h, limbo[i:i + 1] = limbo[i], (); _vk.seq_destroy(h)  # noqa: E702
+        if self.streams:
+            self.reap_streams()
+
+    def reap_streams(self, deadline: float | None = None) -> None:
+        """Frees what stream() calls interrupted by Ctrl-C left, once the GPU is done with
+        it (with a deadline, waiting until then). Streams under way are their own
+        thread's business."""
+        for s in list(self.streams):
+            if not s.active:
+                s.reap(deadline)
 
     def release(self, handle: Handle) -> None:
         """Releases now, or once every running sequence that uses the handle completed."""
@@ -403,22 +415,33 @@ def shutdown(state: Engine) -> None:
         still: list[str] = []
         if state.streams:
             # stream() calls in other threads see `closing` at their next step, wait for
-            # their own submissions and free what they made (the wait releases the lock).
+            # their own submissions and free what they made (the wait releases the lock);
+            # what streams interrupted by Ctrl-C left is freed here once the GPU is done.
             state.closing = True
             deadline = time.monotonic() + (0.0 if state.gave_up else state.wait_timeout)
-            while state.streams and time.monotonic() < deadline:
-                sleep_unlocked(state, 0.002)   # the streams free under the lock
+            try:
+                while any(s.active for s in state.streams) and time.monotonic() < deadline:
+                    sleep_unlocked(state, 0.002)   # the streams free under the lock
+                state.reap_streams(deadline)
+            except KeyboardInterrupt as exc:   # give up the wait: what is left is kept
+                interrupted = exc
         if state.dev is not None:
             try:
-                still = drain(state, 0.0 if state.gave_up else state.wait_timeout)
-                why = f"after {state.wait_timeout:g} s"
+                still = drain(state, 0.0 if state.gave_up or interrupted
+                              else state.wait_timeout)
+                why = (f"after {state.wait_timeout:g} s" if interrupted is None
+                       else "when KeyboardInterrupt stopped the wait")
             except KeyboardInterrupt as exc:   # at exit or in the collector: give up now
                 interrupted = exc
                 still = drain(state, 0.0)
                 why = "when KeyboardInterrupt stopped the wait"
             if state.streams:   # their command buffers may still run: nothing is freed
+                # (one interrupted by Ctrl-C whose work completed meanwhile is freed now)
+                state.reap_streams()
+            if state.streams:
                 still.append(f"{len(state.streams)} Manager.stream() call(s)")
-                why = f"after {state.wait_timeout:g} s"
+                if interrupted is None:
+                    why = f"after {state.wait_timeout:g} s"
         state.closed = True
         if still:
             abandon(state, still, why)

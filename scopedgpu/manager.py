@@ -435,7 +435,9 @@ class Manager(NoCopy):
         flight (default twice `workers`, the threads that copy chunks into and out of
         pinned staging: default the CPU count less two, 2 to 14); all three are whole
         numbers, at least 1. Writes the outputs and returns them. Everything it allocates
-        is freed before it returns, after the GPU is done with it, also when it raises.
+        is freed before it returns, after the GPU is done with it, also when it raises;
+        after Ctrl-C, which reaches the caller at once, what the GPU still uses is freed
+        by the manager's next call once that work completed, or by close().
         The kernel must treat its bindings elementwise (each chunk is a separate dispatch
         over chunk-sized buffers; the last chunk's buffers are not shrunk, so a kernel
         reads `length()` of them and its tail results are discarded)."""

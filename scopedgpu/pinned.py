@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from scopedgpu import _vk
+from scopedgpu import _ki, _vk
 from scopedgpu._base import Child, Handle
 from scopedgpu._engine import sleep_unlocked
 from scopedgpu._transfer import contiguous_arrays
@@ -48,13 +48,15 @@ class PinHandle(Handle):
         self.arrays: list[np.ndarray] | None = arrays
 
     def release(self, state: Any, closing: bool) -> None:
-        regions = self.regions
-        while regions:
-            pieces = regions[-1][2]
-            while pieces:
-                _vk.block_destroy(pieces.pop()[2])
-            regions.pop(); self.starts.pop()  # noqa: E702
-        self.arrays = None
+        with _ki.protected():   # (a piece popped is destroyed before Ctrl-C lands)
+            regions = self.regions
+            while regions:
+                pieces = regions[-1][2]
+                while pieces:
+                    _vk.block_destroy(pieces.pop()[2])
+                regions.pop()
+                self.starts.pop()
+            self.arrays = None
 
 
 class Pinned(Child):
@@ -78,8 +80,8 @@ class Pinned(Child):
         self.closing = False    # destroy() began: streams started from now on copy
 
     def _pin(self) -> None:
-        """Imports each array (once, under the engine's lock, registered: an interrupt
-        leaves only recorded pieces, which the release frees)."""
+        """Imports each array (once, under the engine's lock, protected from Ctrl-C (_ki):
+        each piece is recorded as it is imported, and the release frees what was)."""
         pool = self._engine.pool
         h = self._handle
         align = pool.import_align
@@ -95,12 +97,15 @@ class Pinned(Child):
             start, end = pool.page_span(a.ctypes.data, a.nbytes)
             pieces: list[tuple[int, int, Any]] = []
             k = bisect.bisect(h.starts, start)
-            h.starts.insert(k, start); h.regions.insert(k, (start, end, pieces))  # noqa: E702
+            h.starts.insert(k, start)
+            h.regions.insert(k, (start, end, pieces))
             for s in range(start, end, piece):
                 n = min(piece, end - s)
                 types = pool.importable_types(s)
-                got = pool.import_range(s, n, types) if types else None; pieces.append((s, n, got[0])) if got else None  # noqa: E501,E702
-                if got is None:
+                got = pool.import_range(s, n, types) if types else None
+                if got is not None:
+                    pieces.append((s, n, got[0]))
+                else:
                     self.unpinned[i] = (f"the device refused to import {n} bytes at "
                                         f"{s:#x}" if types else "no memory type of the "
                                         "device can import this memory")
@@ -108,7 +113,8 @@ class Pinned(Child):
             if i in self.unpinned:
                 while pieces:
                     _vk.block_destroy(pieces.pop()[2])
-                h.regions.pop(k); h.starts.pop(k)  # noqa: E702
+                h.regions.pop(k)
+                h.starts.pop(k)
             else:
                 self.pinned_bytes += end - start
         if self.unpinned:
@@ -164,7 +170,10 @@ class Pinned(Child):
             super().destroy()
 
     def _in_use(self) -> bool:
-        return any(self in s.pins for s in self._engine.streams)
+        eng = self._engine
+        if eng.streams:
+            eng.reap_streams()   # what interrupted streams left, freed once done
+        return any(self in s.pins for s in eng.streams)
 
     def _forget(self) -> None:
         self._engine.pins.discard(self)
@@ -176,7 +185,7 @@ class Pinned(Child):
 
 def pin(mgr: Any, engine: Any, arrays: list[np.ndarray]) -> Pinned:
     arrays = contiguous_arrays(arrays, "pinned(): argument {i}", engine.info)
-    with engine.lock:
+    with engine.lock, _ki.protected():
         engine.check_open()
         p = Pinned(mgr, engine, arrays)
         engine.pins.add(p)

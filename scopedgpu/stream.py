@@ -24,9 +24,12 @@ How the overlap is made (the policy in ten lines):
   copies; "auto" imports when no other worker is importing and copies otherwise.
 - SCOPEDGPU_STREAM_TRACE=1 records when each chunk entered each step (Streamer.trace), for
   finding which step holds a stream back.
-- Nothing is freed while any queue may use it: every exit path, Ctrl-C included, first
-  waits for every fence submitted (bounded by the manager's wait_timeout; past it the
-  memory is kept, as everywhere in scopedgpu), then frees.
+- Nothing is freed while any queue may use it: every exit path first waits for every
+  fence submitted (bounded by the manager's wait_timeout in all; past it the memory is
+  kept, as everywhere in scopedgpu), then frees. Ctrl-C is held until a wait of the loop
+  (_ki.protected: no step is half done), then waits INTERRUPT_GRACE at most and reaches
+  the caller; what the GPU still uses stays recorded (the Streamer in engine.streams),
+  freed by the manager's next call once done (reap) or by close().
 """
 from __future__ import annotations
 
@@ -41,7 +44,7 @@ from typing import Any, Sequence as Seq
 
 import numpy as np
 
-from scopedgpu import _vk
+from scopedgpu import _ki, _vk
 from scopedgpu._errors import DestroyedError, ShaderError
 from scopedgpu._spirv import ShaderInfo
 from scopedgpu._transfer import contiguous_arrays
@@ -55,6 +58,8 @@ log = logging.getLogger("scopedgpu")
 MiB = 1 << 20
 DEFAULT_CHUNK = 8 * MiB
 _POLL_NS = 200_000       # one blocking wait slice while nothing else can progress
+# Seconds an interrupted stream waits for its GPU work before Ctrl-C reaches the caller.
+INTERRUPT_GRACE = 0.05
 
 
 def _arrays(arrays: Any, what: str, writable: bool, info: Any) -> list[np.ndarray]:
@@ -194,6 +199,11 @@ class Streamer:
                                              thread_name_prefix="scopedgpu-stream")
         self.pin_lock = threading.Lock()
         self.torn_down = False
+        self.tearing = False   # in _teardown (see there)
+        self.logged = False    # the stuck-work error was logged
+        # A thread is inside run(): only that thread frees this stream then; once it left
+        # (interrupted), collect() and close() free what it left (reap).
+        self.active = False
         self.imported = self.staged = self.pinned = 0   # chunks of arrays reached each way
         # Per array, the Manager.pinned() object holding all of it (or None): a Pinned
         # is not released while a stream in engine.streams lists it here.
@@ -353,30 +363,39 @@ class Streamer:
                     _vk.check(_vk.seq_create(self.state.dev, q, 0, holder), "stream setup")
 
     def run(self) -> None:
+        """Streams every chunk, then frees. A KeyboardInterrupt reaches this only at the
+        stream's waits (_ki.protected: nothing is half made there), and is raised to the
+        caller at once: what the GPU or a worker still uses stays recorded in
+        engine.streams and is freed by a later call of the manager once done, or by
+        close() (which waits for it, at most wait_timeout, or abandons it). Any other
+        exception first waits, at most wait_timeout in all, for what was submitted."""
         st = self.state
-        with st.lock:
-            st.check_open()
-            self._check_closing()
-        token = self   # (Pinned.destroy() reads its pins)
-        # A Ctrl-C may cut any line short, cleanup included: each step below is undone in
-        # a finally, and a cleanup cut short runs again from the enclosing one. (All three
-        # `try:` come first: an interrupt at a `try:` line reaches none of its handlers.)
-        try:
+        with _ki.protected():
+            with st.lock:
+                st.check_open()
+                self._check_closing()
+                st.streams.add(self)   # recorded before anything is made
+            self.active = True
             try:
-                try:
-                    st.streams.add(token)   # close() from another thread now waits for it
-                    self._hold_pins()
-                    self._setup()
-                    self._loop()
-                finally:
-                    self._teardown()
+                self._hold_pins()
+                self._setup()
+                self._loop()
+            except KeyboardInterrupt:
+                # A short grace for the copies in flight: with imported or pinned arrays
+                # they write the caller's own memory, which should not change once this
+                # returned; past it (behind a kernel that does not end, say) that is
+                # logged and the rest is left as said above.
+                grace = time.monotonic() + min(INTERRUPT_GRACE, st.wait_timeout)
+                if not self._teardown(grace, report=False):
+                    self._warn_left()
+                raise
+            except BaseException:
+                self._teardown(time.monotonic() + st.wait_timeout)
+                raise
+            else:
+                self._teardown(time.monotonic() + st.wait_timeout)
             finally:
-                if not self.torn_down:
-                    self._teardown()
-                st.streams.discard(token)
-        finally:
-            if token in st.streams:
-                st.streams.discard(token)
+                self.active = False
 
     def _hold_pins(self) -> None:
         """Finds the Manager.pinned() object holding each whole array (this stream is in
@@ -402,6 +421,7 @@ class Streamer:
     def _loop(self) -> None:
         next_chunk, finished = 0, 0
         while finished < self.nchunks:
+            _ki.checkpoint()
             if self.state.closing:
                 self._check_closing()
             progressed = False
@@ -460,55 +480,106 @@ class Streamer:
                 slot.kernel.eval_await(_POLL_NS / 1e9)
                 return
 
-    def _teardown(self) -> None:
-        """Waits for every submitted step, then frees: nothing goes while a queue may use
-        it. A wait past the manager's wait_timeout keeps the memory (logged). Safe to run
-        again: everything is taken in the line that frees it."""
-        timeout = self.state.wait_timeout
-        stuck = False
-        for slot in self.slots:
-            for holder in (slot.up, slot.down):
-                # (returns at once for a command buffer not submitted, or seen complete)
-                if holder[0] != _vk.NULL:
-                    if _vk.seq_wait(holder[0], int(timeout * 1e9), 0) != 0:
-                        stuck = True
-            if slot.kernel is not None and not slot.kernel.destroyed:
-                if slot.kernel.is_running and not slot.kernel.eval_await(timeout):
-                    stuck = True
-        for slot in self.slots:
-            for f in slot.futures:
-                try:
-                    f.result()
-                except BaseException:
-                    pass
-        if stuck:
-            for p in self.pins:
-                if p is not None:
-                    p.kept = True   # the GPU may still use the pinned arrays
-            log.error("scopedgpu: a stream's GPU work did not finish within %g s; its "
-                      "memory stays allocated until the process exits", timeout)
+    def _warn_left(self) -> None:
+        direct = self.host_mode != "stage" or any(p is not None for p in self.pins)
+        log.warning("scopedgpu: stream() interrupted while its GPU work still ran; what it "
+                    "uses stays allocated until that work completes (freed by a later call "
+                    "of the manager, or by close())%s", "; the output arrays, which the "
+                    "device writes directly (imported or pinned), may still change until "
+                    "then" if direct else "")
+
+    def reap(self, deadline: float | None = None) -> bool:
+        """What a stream interrupted by Ctrl-C left (its thread has left run()): freed once
+        the GPU is done with it; with a deadline, waited for until then. The engine's
+        lock is held (collect(), close(), Pinned.destroy())."""
+        with _ki.protected():
+            return self._teardown(deadline)
+
+    def _teardown(self, deadline: float | None, report: bool = True) -> bool:
+        """Frees each slot whose GPU work is complete (fences of its upload and download,
+        its kernel): nothing goes while a queue may use it. With a deadline
+        (time.monotonic() seconds) waits for the others until then, in slices where
+        Ctrl-C ends the wait; without one, only looks. What is left stays in the slots,
+        and this stream in engine.streams, until a later call frees it. Returns True once
+        everything is freed (the stream then leaves engine.streams). Reentrant calls (a
+        destroy() below runs the manager's collect(), which reaps streams) return False.
+        report: log (once) work still running at the deadline as stuck."""
+        if self.torn_down:
+            return True
+        if self.tearing:
+            return False
+        self.tearing = True
+        try:
+            # Worker copies and releases in flight end within one chunk's copy.
             self.workers.shutdown(wait=True)
-            self.torn_down = True
-            return
-        self.workers.shutdown(wait=True)     # worker copies and releases are done
-        for slot in self.slots:
-            for h in slot.hosts:
-                if h.staged is None and h.block is not None:
-                    blk, h.block = h.block, None; _vk.block_destroy(blk)  # noqa: E702
-            slot.hosts = []
-            for holder in (slot.up, slot.down):
-                if holder[0] != _vk.NULL:
-                    _vk.seq_destroy(_vk.take(holder))
-            if slot.kernel is not None:
-                slot.kernel.destroy()
-            if slot.algo is not None:
-                slot.algo.destroy()
-            for t in slot.tensors:
-                t.destroy()
+            left = 0
+            for slot in self.slots:
+                if self._slot_done(slot, deadline):
+                    self._free_slot(slot)
+                else:
+                    left += 1
+            if left:
+                if deadline is not None and report and not self.logged:
+                    self.logged = True
+                    for p in self.pins:
+                        if p is not None:
+                            p.kept = True   # the GPU may still use the pinned arrays
+                    log.error("scopedgpu: a stream's GPU work did not finish within %g s; "
+                              "its memory stays allocated until it does (freed by a later "
+                              "call of the manager) or the manager closes",
+                              self.state.wait_timeout)
+                return False
             with self.state.lock:
-                while slot.stage:
-                    self.state.pool.free(slot.stage.pop())
-        self.torn_down = True
+                self.torn_down = True
+                self.state.streams.discard(self)
+            return True
+        finally:
+            self.tearing = False
+
+    def _slot_done(self, slot: _Slot, deadline: float | None) -> bool:
+        """Whether the GPU work of a slot is complete, waiting until the deadline."""
+        for holder in (slot.up, slot.down):
+            # (complete at once for a command buffer never submitted)
+            while holder[0] != _vk.NULL:
+                rc = _vk.seq_status(holder[0])
+                if rc != _vk.TIMEOUT:
+                    break   # done, or failed (device lost: nothing will complete it)
+                left = 0.0 if deadline is None else deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                _vk.seq_wait(holder[0], int(min(left, 0.05) * 1e9), 0)
+                _ki.checkpoint()
+        k = slot.kernel
+        while k is not None and not k.destroyed and k.is_running:
+            left = 0.0 if deadline is None else deadline - time.monotonic()
+            if left <= 0:
+                return False
+            k.eval_await(min(left, 0.05))
+            _ki.checkpoint()
+        return True
+
+    def _free_slot(self, slot: _Slot) -> None:
+        """Frees a slot whose GPU work is complete (the workers stopped): imports, command
+        buffers, kernel, algorithm, device chunks and staging. Runs protected (_ki), so
+        each step is whole; a second call finds nothing left to free."""
+        for h in slot.hosts:
+            if h.staged is None and h.block is not None:
+                blk, h.block = h.block, None; _vk.block_destroy(blk)  # noqa: E702
+        slot.hosts = []
+        for holder in (slot.up, slot.down):
+            if holder[0] != _vk.NULL:
+                _vk.seq_destroy(_vk.take(holder))
+        if slot.kernel is not None:
+            slot.kernel.destroy()
+            slot.kernel = None
+        if slot.algo is not None:
+            slot.algo.destroy()
+            slot.algo = None
+        while slot.tensors:
+            slot.tensors.pop().destroy()
+        with self.state.lock:
+            while slot.stage:
+                self.state.pool.free(slot.stage.pop())
 
 
 def stream(mgr: Any, engine: Any, spirv: bytes, inputs: Seq[np.ndarray],
