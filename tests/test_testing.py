@@ -375,5 +375,5 @@ def test_kernel_timeout_is_checked():
     for bad, error in ((0, ValueError), (-1.0, ValueError), (float("inf"), ValueError),
                        (float("nan"), ValueError), ("10", TypeError), (True, TypeError)):
         machine = type("Bad", (LifetimeMachine,), {"kernels": kernels, "kernel_timeout": bad})
-        with pytest.raises(error, match="Bad.kernel_timeout must be"):
+        with pytest.raises(error, match=r"Bad\.kernel_timeout must be"):
             machine()
