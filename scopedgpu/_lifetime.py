@@ -10,7 +10,7 @@ import gc
 import inspect
 import logging
 import math
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 import numpy as np
 from hypothesis import HealthCheck, note, settings
@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 import scopedgpu as sg
-from scopedgpu._testkit import (Kernel, LeakError, arrays, default_device, live_counts,
-                                push_constants, spec_constants)
-from scopedgpu.manager import live_vulkan_objects
+from scopedgpu._testkit import (Kernel, KernelTimeout, LeakError, arrays, default_device,
+                                live_counts, push_constants, spec_constants)
+from scopedgpu.manager import abandoned_managers, live_vulkan_objects
 
 __all__ = ["LifetimeMachine"]
 
@@ -161,6 +161,15 @@ class LifetimeMachine(RuleBasedStateMachine):
     object alive. A failure is shrunk, and the failing example is printed as a
     standalone pytest test (the exact scopedgpu calls, with the expected values).
 
+    Every wait for the GPU lasts at most `kernel_timeout` seconds: eval() is made as
+    eval_async().eval_await(kernel_timeout), and so is eval_await() without a timeout,
+    clear() and a new submission wait for the running one that way first, and the
+    manager's wait_timeout (which bounds destroy() and close() of running work) is the
+    same bound. GPU work still running then raises KernelTimeout (naming the sequence,
+    its kernels and the bound, with the example as a program): the run stops at the
+    first such example, unshrunk, and the manager gives up on the work (its device and
+    memory stay allocated until the process exits).
+
     Budget: the `sg-quick` profile's (20 examples of 20 steps) unless the profile loaded
     when the subclass is defined is an `sg-` one (`--hypothesis-profile=sg-long`);
     assign `MyMachine.TestCase.settings = settings(...)` for your own.
@@ -174,6 +183,10 @@ class LifetimeMachine(RuleBasedStateMachine):
     max_dispatches: int = 3
     #: Open managers with the validation layer (validation errors raise).
     debug: bool = True
+    #: Seconds the machine waits for any GPU work (an evaluation, destroy() or close()
+    #: of running work) before the example fails with KernelTimeout. Raise it for kernels
+    #: that legitimately run longer on the device under test.
+    kernel_timeout: float = 10.0
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -200,6 +213,13 @@ class LifetimeMachine(RuleBasedStateMachine):
         if not self.kernels:
             raise TypeError(f"{type(self).__name__}: list the kernels under test in "
                             "`kernels = [Kernel(...), ...]`")
+        t = self.kernel_timeout
+        if isinstance(t, bool) or not isinstance(t, (int, float)):
+            raise TypeError(f"{type(self).__name__}.kernel_timeout must be a number of "
+                            f"seconds, not {type(t).__name__} {t!r}")
+        if not 0 < t < math.inf:    # (the manager's wait_timeout must be finite)
+            raise ValueError(f"{type(self).__name__}.kernel_timeout must be a finite number "
+                             f"of seconds above 0, not {t!r}")
         self._kernels = {k.name: k for k in self.kernels}
         # The collections of the leak checks would otherwise scan everything the process
         # holds (hypothesis' own state grows with every example) and take most of the
@@ -296,9 +316,36 @@ class LifetimeMachine(RuleBasedStateMachine):
         deterministic: the library orders them on the queue anyway)."""
         for s in self.sqs:
             if s.running and s.uses & objs:
-                self._emit(f"assert {s.var}.eval_await() is True")
-                assert s.s.eval_await() is True
-                self._complete(s)
+                self._await(s)
+
+    def _await(self, s: _Seq) -> None:
+        """Waits for s's running submission, at most kernel_timeout seconds, and checks
+        its outputs."""
+        t = self.kernel_timeout
+        self._emit(f"assert {s.var}.eval_await({t!r}) is True")
+        if not s.s.eval_await(t):
+            self._timed_out([s], f"{s.var}.eval_await({t!r}) returned False")
+        self._complete(s)
+
+    def _timed_out(self, seqs: list[_Seq], what: str) -> NoReturn:
+        """Raises KernelTimeout for sequences whose work outlived kernel_timeout."""
+        cls = type(self).__name__
+        names = ", ".join(f"{s.var} (running {self._kernel_names(s)})" for s in seqs) \
+            or "GPU work"
+        raise KernelTimeout(
+            f"{names} did not finish within kernel_timeout={self.kernel_timeout:g} s: "
+            f"{what}. A kernel that never ends (a loop whose exit its data never reaches, a "
+            f"wait for a flag nothing sets), or one that takes longer than that on this "
+            f"device: if it legitimately does, raise the bound on the machine class "
+            f"(`kernel_timeout = 60` in {cls}, or {cls}.kernel_timeout = 60). The manager "
+            f"gives the work up (its device and memory stay allocated until the process "
+            f"exits). Not shrunk: each replay would wait the whole bound again.\n\n"
+            f"The example as scopedgpu calls (a standalone test):\n\n{self.program()}\n",
+            [s.var for s in seqs])
+
+    @staticmethod
+    def _kernel_names(s: _Seq) -> list[str]:
+        return sorted({op[1].k.name for op in s.ops if op[0] == "dispatch"})
 
     def _complete(self, s: _Seq) -> None:
         """The model learns that s's last submission completed: check its outputs."""
@@ -315,7 +362,7 @@ class LifetimeMachine(RuleBasedStateMachine):
             close = np.isclose(got, want, rtol=rtol, atol=atol, equal_nan=True)
             if not close.all():
                 bad = np.argwhere(~close)
-                kernels = sorted({op[1].k.name for op in s.ops if op[0] == "dispatch"})
+                kernels = self._kernel_names(s)
                 where = ", ".join(str(tuple(int(v) for v in i)) for i in bad[:8])
                 np.testing.assert_allclose(
                     got, want, rtol=rtol, atol=atol,
@@ -359,35 +406,42 @@ class LifetimeMachine(RuleBasedStateMachine):
     def _submit(self, s: _Seq, how: str) -> None:
         code = f"{s.var}.{how}()"
         objs = s.objects()
+        # A running submission first, within the bound: eval() and eval_async() would wait
+        # for it without one.
+        if s.running:
+            self._await(s)
         if any(not o.alive for o in objs):
             self._expect_destroyed(code, getattr(s.s, how))
-            self._complete(s)   # an earlier submission was waited for first
             return
         self._wait_for_users(objs - {s})
-        if s.running:
-            self._emit(f"{s.var}.eval_await()")
-            s.s.eval_await()
-            self._complete(s)
         expect, tol = self._simulate(s)
-        self._emit(code)
-        getattr(s.s, how)()
-        if not s.ops:
-            return
-        s.running = True
-        s.uses = objs
-        s.tol = tol
-        s.expect = expect
+        t = self.kernel_timeout
+        if how == "eval":   # eval() has no limit: as eval_async(), then a bounded wait
+            self._emit(f"assert {s.var}.eval_async().eval_await({t!r}) is True")
+        else:
+            self._emit(code)
+        s.s.eval_async()
+        if s.ops:   # (an empty sequence submits nothing)
+            s.running = True
+            s.uses = objs
+            s.tol = tol
+            s.expect = expect
         if how == "eval":
+            if not s.s.eval_await(t):
+                self._timed_out([s], f"{s.var}.eval_async().eval_await({t!r}) returned False")
             self._complete(s)
 
     # -- managers ---------------------------------------------------------------------------
     def _open(self) -> None:
         var = "mgr" if not self.ms else f"mgr{len(self.ms) + 1}"
         dev = default_device()
+        # Its wait_timeout is the bound too: destroy() and close() of work that never
+        # ends give up after it, and so does the final close() after a failure.
+        t = float(self.kernel_timeout)
         args = ", ".join(([repr(dev)] if dev is not None else []) +
-                         [f"debug={self.debug!r}"])
+                         [f"debug={self.debug!r}", f"wait_timeout={t!r}"])
         self._emit(f"{var} = sg.Manager({args})")
-        self.ms.append(_Manager(var, sg.Manager(dev, debug=self.debug)))
+        self.ms.append(_Manager(var, sg.Manager(dev, debug=self.debug, wait_timeout=t)))
 
     @initialize()
     @_step
@@ -406,8 +460,15 @@ class LifetimeMachine(RuleBasedStateMachine):
         """close(): the manager's objects are destroyed, using them raises
         DestroyedError; a later step opens a new manager."""
         m = self._m
+        running = [s for s in self.sqs if s.m is m and s.running]
+        given_up = abandoned_managers()
         self._emit(f"{m.var}.close()")
         m.mgr.close()
+        # close() waited at most its wait_timeout (kernel_timeout) for running work
+        if running:
+            self._emit(f"assert sg.abandoned_managers() == {given_up}")
+        if abandoned_managers() != given_up:
+            self._timed_out(running, f"{m.var}.close() gave up on its work")
         if not m.open:
             return
         m.open = False
@@ -628,11 +689,16 @@ class LifetimeMachine(RuleBasedStateMachine):
                 self._expect_destroyed(f"{s.var}.eval_await({timeout!r})",
                                        lambda: s.s.eval_await(timeout))
                 return
+            if timeout is None:    # no limit: within kernel_timeout instead
+                if s.running:
+                    self._await(s)
+                else:
+                    self._emit(f"assert {s.var}.eval_await({self.kernel_timeout!r}) is True")
+                    assert s.s.eval_await(self.kernel_timeout) is True
+                return
             self._emit(f"{s.var}.eval_await({timeout!r})")
             if s.s.eval_await(timeout):
                 self._complete(s)
-            else:
-                assert timeout is not None, "eval_await(None) returned False"
         elif how == "is_running":
             if s.alive and not s.s.is_running:
                 self._emit(f"assert not {s.var}.is_running")
@@ -641,9 +707,10 @@ class LifetimeMachine(RuleBasedStateMachine):
             if not s.alive:
                 self._expect_destroyed(f"{s.var}.clear()", s.s.clear)
                 return
+            if s.running:          # clear() would wait for it without a limit
+                self._await(s)
             self._emit(f"{s.var}.clear()")
-            s.s.clear()            # waits for a running submission first
-            self._complete(s)
+            s.s.clear()
             s.ops = []
 
     # -- destroy ------------------------------------------------------------------------------
@@ -661,15 +728,29 @@ class LifetimeMachine(RuleBasedStateMachine):
         if not objs:
             return
         o = data.draw(st.sampled_from(objs), label=what)
+        if isinstance(o, _Seq):
+            self._destroy_sequence(o)
+            return
         self._emit(f"{o.var}.destroy()")
-        handle = o.t if isinstance(o, _Tensor) else o.a if isinstance(o, _Algo) else o.s
+        handle = o.t if isinstance(o, _Tensor) else o.a
         handle.destroy()
         assert handle.destroyed
-        if isinstance(o, _Seq) and o.alive:
-            self._complete(o)       # destroy() waited for its GPU work
         o.alive = False
         if isinstance(o, _Tensor):
             self._expect_destroyed(f"{o.var}.data()", o.t.data)
+
+    def _destroy_sequence(self, s: _Seq) -> None:
+        """destroy(), also of a running sequence: it waits at most the manager's
+        wait_timeout (kernel_timeout), then leaves the work running, destroyed."""
+        self._emit(f"{s.var}.destroy()")
+        s.s.destroy()
+        assert s.s.destroyed
+        if s.alive and s.running:
+            self._emit(f"assert not {s.var}.is_running")
+            if s.s.is_running:
+                self._timed_out([s], f"{s.var}.destroy() gave up on it")
+            self._complete(s)       # destroy() waited for its GPU work
+        s.alive = False
 
     # -- checks -------------------------------------------------------------------------------
     @invariant()
@@ -725,10 +806,7 @@ class LifetimeMachine(RuleBasedStateMachine):
                 continue
             for s in self.sqs:
                 if s.m is m and s.alive:
-                    self._emit(f"{s.var}.destroy()")
-                    s.s.destroy()
-                    self._complete(s)
-                    s.alive = False
+                    self._destroy_sequence(s)
             for o in self.als + self.ts:
                 if o.m is m and o.alive:
                     self._emit(f"{o.var}.destroy()")

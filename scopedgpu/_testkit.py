@@ -20,8 +20,8 @@ if TYPE_CHECKING:
 
     from scopedgpu.tensor import Tensor
 
-__all__ = ["LeakError", "live_counts", "no_leaks", "leak_checked_manager", "supported_dtypes",
-           "dtypes", "shapes", "arrays", "tensors", "ALL_DTYPES", "ConstantSlot",
+__all__ = ["LeakError", "KernelTimeout", "live_counts", "no_leaks", "leak_checked_manager",
+           "supported_dtypes", "dtypes", "shapes", "arrays", "tensors", "ALL_DTYPES", "ConstantSlot",
            "push_constant_layout", "spec_constant_layout", "push_constants", "spec_constants",
            "Binding", "Kernel", "set_default_device", "default_device"]
 
@@ -37,6 +37,22 @@ class LeakError(AssertionError):
     def __init__(self, message: str, diff: dict[str, tuple[int, int]]):
         super().__init__(message)
         self.diff = diff
+
+
+class KernelTimeout(BaseException):
+    """GPU work a LifetimeMachine waited for did not finish within its `kernel_timeout`.
+
+    A BaseException, not an AssertionError: hypothesis shrinks a failing Exception by
+    replaying smaller examples, and every replay that still runs the kernel would wait the
+    whole bound again (and as long again to close its manager), which is minutes for a
+    kernel that never ends. A BaseException it lets through at once, as it does
+    KeyboardInterrupt; pytest reports it as the test's failure. The message names the
+    sequence, its kernels and the bound, and holds the example as a standalone program.
+    `sequences` are the variable names of the sequences still running (as in the program)."""
+
+    def __init__(self, message: str, sequences: list[str]):
+        super().__init__(message)
+        self.sequences = sequences
 
 
 def live_counts(manager: Manager, *, process: bool = False) -> dict[str, int]:

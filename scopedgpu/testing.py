@@ -27,7 +27,8 @@
   `shapes()`, `arrays()` and `tensors()`, limited to what the device supports;
   `push_constants()` and `spec_constants()`, fitted to what a SPIR-V module declares.
 - `LifetimeMachine` (where hypothesis is installed): a rule-based state machine over
-  your own kernels (`Kernel`, `Binding`), checked against their numpy references.
+  your own kernels (`Kernel`, `Binding`), checked against their numpy references; GPU
+  work that outlives its `kernel_timeout` raises `KernelTimeout`.
 
 Everything here runs real Vulkan: there are no mocks. The module imports without pytest
 and without hypothesis.
@@ -39,8 +40,8 @@ from typing import TYPE_CHECKING, Any
 
 # The helpers live in scopedgpu._testkit, which scopedgpu._lifetime (LifetimeMachine)
 # builds on: this module sits above both, so the package's import graph has no cycle.
-from scopedgpu._testkit import (ALL_DTYPES, Binding, ConstantSlot, Kernel, LeakError,
-                                _sg_manager, arrays, default_device, dtypes,
+from scopedgpu._testkit import (ALL_DTYPES, Binding, ConstantSlot, Kernel, KernelTimeout,
+                                LeakError, _sg_manager, arrays, default_device, dtypes,
                                 leak_checked_manager, live_counts, no_leaks,
                                 push_constant_layout, push_constants, set_default_device,
                                 shapes, spec_constant_layout, spec_constants,
@@ -50,8 +51,8 @@ if TYPE_CHECKING:
     from scopedgpu._lifetime import LifetimeMachine  # noqa: F401
 
 # sg_manager is listed where pytest is installed, LifetimeMachine where hypothesis is.
-__all__ = ["LeakError", "live_counts", "no_leaks", "leak_checked_manager", "supported_dtypes",
-           "dtypes", "shapes", "arrays", "tensors", "ALL_DTYPES", "ConstantSlot",
+__all__ = ["LeakError", "KernelTimeout", "live_counts", "no_leaks", "leak_checked_manager",
+           "supported_dtypes", "dtypes", "shapes", "arrays", "tensors", "ALL_DTYPES", "ConstantSlot",
            "push_constant_layout", "spec_constant_layout", "push_constants", "spec_constants",
            "Binding", "Kernel", "set_default_device", "default_device"]
 

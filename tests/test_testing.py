@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -192,6 +193,7 @@ def test_plugin_named_twice_is_loaded_once(pytester, monkeypatch, tmp_path):
 def test_testing_imports_without_pytest_or_hypothesis():
     code = """
 import sys
+import time
 sys.modules["pytest"] = None          # makes `import pytest` fail, as when not installed
 sys.modules["hypothesis"] = None
 ns = {}
@@ -311,3 +313,67 @@ def test_kernel_declarations_are_checked():
     with pytest.raises(ValueError, match="role must be"):
         Binding("x", role="output")
     assert Binding("x", shape=4).shape == (4,)
+
+
+# -- LifetimeMachine over a kernel that never ends (issue 20) ----------------------------------
+ENDLESS_MACHINES = f"""
+import sys
+import time
+import numpy as np
+from hypothesis import settings, strategies as st
+from scopedgpu.testing import Binding, Kernel, LifetimeMachine
+sys.path.insert(0, {str(Path(__file__).resolve().parent / "lifetime")!r})
+from endless import ENDLESS, FLAG_GLSL
+
+# Workgroups that spin while the flag is 0, and the flag is always 0: ENDLESS of them run
+# for weeks, one for a few milliseconds.
+FLAG = Binding("flag", np.uint32, shape=4, role="inout", elements=st.just(0))
+BUDGET = settings(max_examples=10, stateful_step_count=10, deadline=None, derandomize=True,
+                  database=None)
+
+
+class Endless(LifetimeMachine):
+    kernel_timeout = 1.0
+    kernels = [Kernel("spin", FLAG_GLSL, [FLAG], lambda flag: flag, workgroup=ENDLESS)]
+
+
+class Ends(LifetimeMachine):
+    kernel_timeout = 1.0
+    kernels = [Kernel("spin", FLAG_GLSL, [FLAG], lambda flag: flag, workgroup=(1, 1, 1))]
+
+
+Endless.TestCase.settings = Ends.TestCase.settings = BUDGET
+TestEndless = Endless.TestCase
+TestEnds = Ends.TestCase            # after the failure, in the same process
+"""
+
+
+def test_a_kernel_that_never_ends_fails_its_machine_within_the_bound(pytester, monkeypatch):
+    """The machine's waits are bounded by its kernel_timeout: the first example that waits
+    for the endless kernel fails with a message naming the sequence, the kernel and the
+    bound, unshrunk (each replay would cost the bound again), and the process goes on
+    (the next machine passes) and exits. Before, the run hung in the first wait."""
+    monkeypatch.setenv("PYTHONPATH", source_env()["PYTHONPATH"])
+    pytester.makepyfile(test_endless=ENDLESS_MACHINES)
+    start = time.monotonic()
+    # (A hang is killed at the timeout and fails this test: pytester.TimeoutExpired.)
+    res = pytester.runpytest_subprocess("-q", "-p", "no:cacheprovider", timeout=90)
+    took = time.monotonic() - start
+    out = res.stdout.str()
+    res.assert_outcomes(failed=1, passed=1)
+    assert re.search(r"KernelTimeout: s\d+ \(running \['spin'\]\) did not finish within "
+                     r"kernel_timeout=1 s", out), out
+    assert "kernel_timeout = " in out and "Endless" in out, out     # how to raise it
+    assert "def test_replay():" in out and "wait_timeout=1.0" in out, out   # the program
+    assert "Falsifying example" not in out, out                      # not shrunk
+    assert took < 60, f"{took:.1f} s\n{out}"
+
+
+def test_kernel_timeout_is_checked():
+    """The bound becomes the managers' wait_timeout, which must be a finite number."""
+    kernels = [Kernel("k", b"", [Binding("x")], lambda x: None)]
+    for bad, error in ((0, ValueError), (-1.0, ValueError), (float("inf"), ValueError),
+                       (float("nan"), ValueError), ("10", TypeError), (True, TypeError)):
+        machine = type("Bad", (LifetimeMachine,), {"kernels": kernels, "kernel_timeout": bad})
+        with pytest.raises(error, match=r"Bad\.kernel_timeout must be"):
+            machine()
