@@ -369,6 +369,7 @@ print(json.dumps({"warnings": [str(w.message) for w in rec], "spirv": spirv.hex(
 """
 
 
+@needs_glsl_compiler("the damaged entry is compiled again, in a cache of its own")
 @pytest.mark.parametrize("kind", ["fifo", "symlink to /dev/zero", "symlink to a fifo",
                                   "older-version fifo", "header of 2**62 bytes",
                                   "older-version /dev/zero"])
