@@ -41,6 +41,7 @@ class Worker:
             self.env["PYTHONPATH"] = os.pathsep.join([other, self.env["PYTHONPATH"]])
         self.proc: subprocess.Popen | None = None
         self.buf = b""
+        self.eof = False      # the worker closed its output: it died
         self.stats: Counter[str] = Counter()
         self.failures: list[dict[str, Any]] = []
         self.started = time.monotonic()
@@ -50,6 +51,7 @@ class Worker:
             [sys.executable, os.path.join(ROOT, "tests", "fuzz", "worker.py")], cwd=ROOT, env=self.env,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         self.buf = b""
+        self.eof = False
         line = self._line(STAGE_TIMEOUT * 2)
         if line != "S ready":
             raise RuntimeError(f"the fuzz worker did not start: {line!r} "
@@ -66,6 +68,7 @@ class Worker:
                 return None
             chunk = os.read(fd, 65536)
             if not chunk:
+                self.eof = True
                 return None
             self.buf += chunk
         line, _, self.buf = self.buf.partition(b"\n")
@@ -98,7 +101,10 @@ class Worker:
         while True:
             line = self._line(STAGE_TIMEOUT)
             if line is None:
-                dead = self.proc.poll() is not None
+                # EOF is a crash even where poll() still sees the process: its output
+                # closes as it exits, a moment before its exit status is there (crashes
+                # were counted as hangs, their exit status a signal all the same)
+                dead = self.eof or self.proc.poll() is not None
                 rc = self._stop()
                 res = {"outcome": "crash" if dead else "hang", "stage": stage, "exit": rc}
                 break

@@ -31,7 +31,7 @@ except ImportError:
     _spirv_val = None  # type: ignore[assignment]
 
 N = 1024            # elements per tensor: enough for one workgroup of any built-in
-MAX_BINDINGS = 8
+MAX_BINDINGS = 16   # tensors bound at most (binding i is tensors[i])
 END = 0xFFFFFFFF    # the length that ends the worker
 # A dispatch of one workgroup takes milliseconds; one still running after this is
 # counted as endless (the stage timeout in harness.py is for hangs in host calls).
@@ -79,7 +79,10 @@ def run_case(mgr: sg.Manager, spirv: bytes, stage: Any) -> dict[str, Any]:
     tensors = []
     push = None
     if info is not None:
-        for b in info.bindings[:MAX_BINDINGS]:
+        # One tensor for every binding number up to the highest the module declares: a
+        # gap (a binding the shader does not use) gets a float32 tensor. A highest
+        # binding of MAX_BINDINGS or more is refused (ShaderError: too few tensors).
+        for b in range(min(max(info.bindings, default=-1) + 1, MAX_BINDINGS)):
             dt = _DTYPES.get(info.element_types.get(b, ("float", 32)), np.float32)
             try:
                 tensors.append(mgr.tensor(np.zeros(N, dt)))
