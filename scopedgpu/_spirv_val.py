@@ -309,6 +309,91 @@ def check_structure(spirv: bytes) -> None:
                           f"%{missing[0]}, which the module does not define")
 
 
+# -- literal indices of specialization-constant operations --------------------------------
+# OpSpecConstantOp's CompositeExtract, CompositeInsert and VectorShuffle carry literal
+# indices that the validator (SPIRV-Tools 2025.5) does not check against the composite's
+# type; an index out of range there crashed the validation layer at pipeline creation
+# (found by the fuzz suite's wild corpus: tests/fuzz/wild/spec_const_sizes.comp).
+_OP_TYPE_VECTOR, _OP_TYPE_MATRIX, _OP_TYPE_ARRAY, _OP_TYPE_STRUCT = 23, 24, 28, 30
+_OP_CONSTANT, _OP_SPEC_CONSTANT_OP = 43, 52
+_TYPED_CONSTANTS = frozenset({41, 42, 43, 44, 46, 48, 49, 50, 51, 52})  # result type, id
+_SPEC_VECTOR_SHUFFLE, _SPEC_EXTRACT, _SPEC_INSERT = 79, 81, 82
+
+
+def check_spec_constant_ops(spirv: bytes) -> None:
+    """ShaderError when an OpSpecConstantOp's literal index is outside its composite:
+    CompositeExtract/CompositeInsert walk the composite's type (a vector's or matrix's
+    count, an array's constant length, a struct's members), VectorShuffle's components
+    must be below the two vectors' counts together (or 0xFFFFFFFF, undefined)."""
+    w = words_of(spirv)
+    types: dict[int, tuple[int, ...]] = {}    # type id -> its instruction's words
+    of: dict[int, int] = {}                   # constant id -> its type id
+    value: dict[int, int] = {}                # OpConstant id -> its first word
+    i, n = 5, len(w)
+    while i < n:
+        wc, op = w[i] >> 16, w[i] & 0xFFFF
+        if wc == 0 or i + wc > n:
+            return   # check_structure reports it
+        ins = w[i:i + wc]
+        if op in (_OP_TYPE_VECTOR, _OP_TYPE_MATRIX, _OP_TYPE_ARRAY, _OP_TYPE_STRUCT) \
+                and wc >= 2:
+            types[ins[1]] = tuple(ins)
+        elif op in _TYPED_CONSTANTS and wc >= 3:
+            of[ins[2]] = ins[1]
+            if op == _OP_CONSTANT and wc >= 4:
+                value[ins[2]] = ins[3]
+            if op == _OP_SPEC_CONSTANT_OP and wc >= 4:
+                _check_spec_op(ins, types, of, value, i)
+        i += wc
+
+
+def _count(t: tuple[int, ...] | None, value: dict[int, int]) -> int | None:
+    """Members of a composite type (None: not a composite, or a length not known)."""
+    if t is None:
+        return None
+    op = t[0] & 0xFFFF
+    if op in (_OP_TYPE_VECTOR, _OP_TYPE_MATRIX):
+        return t[3] if len(t) >= 4 else None
+    if op == _OP_TYPE_ARRAY:
+        return value.get(t[3]) if len(t) >= 4 else None
+    return len(t) - 2   # OpTypeStruct: its member types
+
+
+def _member(t: tuple[int, ...], k: int) -> int:
+    op = t[0] & 0xFFFF
+    return t[2 + k] if op == _OP_TYPE_STRUCT else t[2]
+
+
+def _check_spec_op(ins: list[int] | tuple[int, ...], types: dict, of: dict, value: dict,
+                   at: int) -> None:
+    sub = ins[3]
+    if sub in (_SPEC_EXTRACT, _SPEC_INSERT):
+        first = 5 if sub == _SPEC_EXTRACT else 6
+        if len(ins) <= first:
+            return   # no index: the validator's business
+        t = types.get(of.get(ins[first - 1], -1))
+        for k in ins[first:]:
+            count = _count(t, value)
+            if count is None:
+                return
+            if k >= count:
+                raise ShaderError(
+                    f"malformed SPIR-V: OpSpecConstantOp %{ins[2]} at word {at} takes member "
+                    f"{k} of a composite of {count} (Composite"
+                    f"{'Extract' if sub == _SPEC_EXTRACT else 'Insert'})")
+            t = types.get(_member(t, k))   # type: ignore[arg-type]
+    elif sub == _SPEC_VECTOR_SHUFFLE and len(ins) > 6:
+        a = _count(types.get(of.get(ins[4], -1)), value)
+        b = _count(types.get(of.get(ins[5], -1)), value)
+        if a is None or b is None:
+            return
+        for k in ins[6:]:
+            if k != 0xFFFFFFFF and k >= a + b:
+                raise ShaderError(
+                    f"malformed SPIR-V: OpSpecConstantOp %{ins[2]} at word {at} shuffles "
+                    f"component {k} of two vectors of {a} and {b} (VectorShuffle)")
+
+
 # -- capabilities the device provides ------------------------------------------------------
 # The validator knows the Vulkan version, not the device: a module may declare a
 # capability (Tessellation, Int64Atomics, ...) whose feature scopedgpu never enables, and
@@ -472,6 +557,7 @@ def _judge(data: bytes, api: tuple[int, int], features: frozenset[str]) -> str |
             if msg is not None:
                 return f"malformed SPIR-V ({len(data)} bytes): {msg}"
         check_structure(data)
+        check_spec_constant_ops(data)
         check_interface(data)
         check_capabilities(data, features)
     except ShaderError as exc:

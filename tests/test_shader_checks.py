@@ -573,3 +573,33 @@ def test_module_the_driver_refuses_leaves_nothing_behind(worker):
     assert "leak" not in res
     assert worker.run(builtin_spirv("mult_f32"))["outcome"] == "dispatched"
     assert not worker.failures
+
+
+@pytest.mark.parametrize("index", [3, 32768])
+def test_spec_constant_op_index_past_its_composite_is_refused(mgr, glsl, index):
+    """The fuzz suite's wild corpus found it: OpSpecConstantOp CompositeExtract with an
+    index past its vector (here gl_WorkGroupSize, 3 components) passes SPIRV-Tools'
+    validator and crashed the validation layer when the pipeline was made. The index
+    checked in range (0, the shader as compiled) makes a pipeline; 3 and 32768 are
+    refused before the driver sees the module."""
+    import os
+
+    from scopedgpu._spirv import words_of
+    from tests.conftest import ROOT
+    with open(os.path.join(ROOT, "tests", "fuzz", "wild", "spec_const_sizes.comp")) as f:
+        spirv = glsl(f.read())
+    w = list(words_of(spirv))
+    at = [i for i in range(5, len(w) - 5)
+          if w[i] & 0xFFFF == 52 and w[i + 3] == 81]   # OpSpecConstantOp CompositeExtract
+    assert at, "the compiled shader has no OpSpecConstantOp CompositeExtract"
+    a = mgr.tensor(np.zeros(256, np.float32))
+    b = mgr.tensor(np.zeros(256, np.float32))
+    mgr.algorithm([a, b], spirv).destroy()   # as compiled: accepted
+    i = at[0]
+    assert w[i] >> 16 == 6 and w[i + 5] == 0, "expected CompositeExtract %size 0"
+    w[i + 5] = index
+    bad = np.array(w, dtype=np.uint32).tobytes()
+    with pytest.raises(sg.ShaderError, match=f"member {index} of a composite of 3"):
+        mgr.algorithm([a, b], bad)
+    a.destroy()
+    b.destroy()
