@@ -413,8 +413,9 @@ def test_named_create_record_delete(imgr, dispatch):
     np.testing.assert_array_equal(b.data(), want)
 
 
+@pytest.mark.allow_scopedgpu_log   # one message only: see the end
 @pytest.mark.parametrize("pinned", [False, True], ids=["copied", "pinned"])
-def test_stream(imgr, monkeypatch, pinned):
+def test_stream(imgr, monkeypatch, pinned, fail_on_validation_messages):
     """Manager.stream() cut at every line of its own code and of what it calls: nothing
     leaks (its command buffers, imports, staging, device chunks), and the manager works.
     Pinned: inside Manager.pinned() of its arrays (a few imports each), which is swept
@@ -444,6 +445,11 @@ def test_stream(imgr, monkeypatch, pinned):
 
     assert _sweep(action, settled, limit=20000) > 5
     np.testing.assert_array_equal(y, 2 * x + 1)
+    # An interrupted stream whose copies outlast its grace says so (the H200 showed it
+    # once in some 2,000 interrupts); nothing else may be logged.
+    other = [r.getMessage() for r in fail_on_validation_messages.records
+             if "stream() interrupted while its GPU work still ran" not in r.getMessage()]
+    assert not other, other
 
 
 def test_waits_on_a_running_sequence(imgr):
