@@ -71,6 +71,8 @@ _DTYPE_FEATURE: dict[np.dtype, str | None] = {
     np.dtype(np.uint64): "int64", np.dtype(np.float16): "float16",
     np.dtype(np.int16): "int16", np.dtype(np.uint16): "int16",
     np.dtype(np.int8): "int8", np.dtype(np.uint8): "int8",
+    # numpy's bool is one byte holding 0 or 1: a uint8_t[] to a shader (the same feature)
+    np.dtype(np.bool_): "int8",
 }
 
 

@@ -159,7 +159,7 @@ _GLSL = {("float", 16): "float16_t", ("float", 32): "float", ("float", 64): "dou
          ("int", 8): "int8_t", ("int", 16): "int16_t", ("int", 32): "int", ("int", 64): "int64_t",
          ("uint", 8): "uint8_t", ("uint", 16): "uint16_t", ("uint", 32): "uint",
          ("uint", 64): "uint64_t"}
-_KIND = {"f": "float", "i": "int", "u": "uint"}
+_KIND = {"f": "float", "i": "int", "u": "uint", "b": "uint"}   # bool: bytes of 0 or 1
 _NUMPY = {("float", 16): "float16", ("float", 32): "float32", ("float", 64): "float64",
           ("int", 8): "int8", ("int", 16): "int16", ("int", 32): "int32", ("int", 64): "int64",
           ("uint", 8): "uint8", ("uint", 16): "uint16", ("uint", 32): "uint32",

@@ -101,7 +101,7 @@ def test_bad_arguments_raise_before_any_work(mgr, bad, match):
 
 
 # What tensor() refuses (scopedgpu never supports these, or GPUs cannot read them).
-REFUSED_DTYPES = [">f4", "complex64", "bool", "U1", "S4", "V4", "datetime64[s]",
+REFUSED_DTYPES = [">f4", "complex64", "U1", "S4", "V4", "datetime64[s]",
                   "timedelta64[s]", [("a", "<f4")], object]
 
 
