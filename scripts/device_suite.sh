@@ -70,6 +70,7 @@ run_one() {
   # shellcheck disable=SC2086  # a unit may be several arguments
   timeout -k 5 "$left" "$py" -m pytest -q -rfEs -p no:cacheprovider $f >"$logs/$name.log" 2>&1
   rc=$?
+  set +f
   printf '%s %s %s\n' "$rc" "$(awk "BEGIN {printf \"%.1f\", $(date +%s.%N) - $start}")" "$f" >"$logs/$name.rc"
 }
 export -f run_one
@@ -94,13 +95,17 @@ started=$(date +%s)
 # close hundreds of managers, and NVIDIA's driver makes device creation and destruction
 # (250 and 90 ms with 8 queues) wait for each other across processes.
 slow='test_faults|test_lifetime_machine_example|test_state_machine|test_interrupts|test_waits|test_bench|test_elementwise|test_threads'
-# The SPIR-V fuzz cases run alone, after the rest: on a real GPU a mutated module that
-# indexes far out of bounds loses the device (a DeviceError, as documented), and the
-# driver's recovery from such a fault may reach other processes' work running meanwhile.
-solo='tests/fuzz/test_fuzz_spirv.py'
-echo "$files" | grep -vxF "$solo" | awk -v slow="$slow" '$0 ~ slow {print 0, $0; next} /lifetime|fuzz|kompute|examples/ {print 1, $0; next} {print 2, $0}' \
+# The SPIR-V fuzz files run alone, one after the other, after the rest. On a real GPU a
+# mutated module that indexes far out of bounds loses the device (a DeviceError, as
+# documented); and on the H200 test_wild_corpus.py, which passes alone (59 of 59), lost
+# its device twice beside the other files: a cause not yet found (see docs/benchmarks.md).
+solo=(tests/fuzz/test_wild_corpus.py tests/fuzz/test_fuzz_spirv.py)
+echo "$files" | grep -vxF -e "${solo[0]}" -e "${solo[1]}" \
+  | awk -v slow="$slow" '$0 ~ slow {print 0, $0; next} /lifetime|fuzz|kompute|examples/ {print 1, $0; next} {print 2, $0}' \
   | sort -s -k1,1 | cut -d' ' -f2- | xargs -P "$jobs" -d '\n' -I{} bash -c 'run_one "$1"' _ {}
-if echo "$files" | grep -qxF "$solo"; then run_one "$solo"; fi
+for f in "${solo[@]}"; do
+  if echo "$files" | grep -qxF "$f"; then (run_one "$f"); fi
+done
 
 table=$out/device-suite.txt
 (
