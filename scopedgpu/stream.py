@@ -374,8 +374,10 @@ class Streamer:
             with st.lock:
                 st.check_open()
                 self._check_closing()
-                st.streams.add(self)   # recorded before anything is made
-            self.active = True
+                # Recorded before anything is made, and active in the same step: another
+                # thread's collect() reaps only streams whose thread has left run().
+                st.streams.add(self)
+                self.active = True
             try:
                 self._hold_pins()
                 self._setup()
