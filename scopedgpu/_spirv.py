@@ -4,14 +4,16 @@ Reads the module once, strictly: malformed words raise ShaderError here instead 
 reaching a driver (some drivers crash on garbage). Reports the entry point's local size
 (literal, LocalSizeId, or a WorkgroupSize built-in, specialization constants included),
 the storage-buffer bindings of set 0 with the element type of each buffer's runtime
-array, the push-constant block size and the widths of its members, the bytes of shared
+array, the push-constant block: its size, the widths of its members and each member's
+name, offset and type (PushMember: what a list of push constants is packed by), the bytes
+of shared
 (Workgroup) memory the entry point declares, and the declared specialization constants
 with their widths.
 """
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from scopedgpu._errors import ShaderError
@@ -19,6 +21,8 @@ from scopedgpu._errors import ShaderError
 MAGIC = 0x07230203
 
 # Opcodes
+OP_NAME = 5
+OP_MEMBER_NAME = 6
 OP_ENTRY_POINT = 15
 OP_EXECUTION_MODE = 16
 OP_EXECUTION_MODE_ID = 331
@@ -46,6 +50,8 @@ OP_MEMORY_MODEL = 14
 
 # Decorations, storage classes, modes
 DEC_SPEC_ID = 1
+DEC_ROW_MAJOR = 4
+DEC_MATRIX_STRIDE = 7
 DEC_BUFFER_BLOCK = 3
 DEC_ARRAY_STRIDE = 6
 DEC_BUILTIN = 11
@@ -70,6 +76,62 @@ class SpecConstant:
     default: float | int | bool
 
 
+_SCALAR_GLSL = {("float", 32): "float", ("float", 64): "double", ("float", 16): "float16_t",
+                ("int", 32): "int", ("uint", 32): "uint", ("bool", 32): "bool",
+                ("int", 64): "int64_t", ("uint", 64): "uint64_t", ("int", 16): "int16_t",
+                ("uint", 16): "uint16_t", ("int", 8): "int8_t", ("uint", 8): "uint8_t"}
+_VEC_PREFIX = {("float", 32): "", ("float", 64): "d", ("int", 32): "i", ("uint", 32): "u",
+               ("bool", 32): "b", ("int", 64): "i64", ("uint", 64): "u64",
+               ("float", 16): "f16", ("int", 16): "i16", ("uint", 16): "u16",
+               ("int", 8): "i8", ("uint", 8): "u8"}
+
+
+@dataclass(frozen=True)
+class PushMember:
+    """One member of the push-constant block, laid out as the module declares it (its
+    Offset, ArrayStride and MatrixStride decorations: std430, scalar or any other layout).
+    A list of push constants gives member i its i-th value; `slots` are the byte offsets,
+    within the block, of the member's scalars in the order its values are taken (array
+    elements, then matrix columns, then vector components)."""
+    index: int
+    name: str                     # OpMemberName; "" when the module has no names
+    offset: int                   # bytes from the start of the block
+    kind: str                     # "float", "int", "uint", "bool"; "struct" (nested)
+    width: int                    # bits of one scalar (0 for a struct)
+    vector: int = 1               # components of a vector (rows of a matrix)
+    columns: int = 1              # columns of a matrix, 1 otherwise
+    array: tuple[int, ...] = ()   # array lengths, outermost first
+    slots: tuple[int, ...] = ()
+
+    @property
+    def label(self) -> str:
+        """How messages name the member: `name`, or its index where the module has no
+        names (messages say "member `n`", "member 1")."""
+        return f"`{self.name}`" if self.name else str(self.index)
+
+    @property
+    def type_name(self) -> str:
+        """The member's type as GLSL spells it, e.g. `uint`, `vec2`, `float[3]`."""
+        if self.kind == "struct":
+            base = "struct"
+        elif self.columns > 1:
+            p = "d" if self.width == 64 else ""
+            base = (f"{p}mat{self.columns}" if self.columns == self.vector
+                    else f"{p}mat{self.columns}x{self.vector}")
+        elif self.vector > 1:
+            base = f"{_VEC_PREFIX.get((self.kind, self.width), '?')}vec{self.vector}"
+        else:
+            base = _SCALAR_GLSL.get((self.kind, self.width), f"{self.kind}{self.width}")
+        return base + "".join(f"[{n}]" for n in self.array)
+
+    @property
+    def declaration(self) -> str:
+        """e.g. `uint n` or `vec2 c[3]` (the array lengths after the name, as in GLSL)."""
+        t = self.type_name
+        dims = t[t.index("["):] if "[" in t else ""
+        return f"{t[:len(t) - len(dims)]} {self.name or f'_{self.index}'}{dims}"
+
+
 @dataclass
 class ShaderInfo:
     version: tuple[int, int]
@@ -86,6 +148,10 @@ class ShaderInfo:
     element_types: dict[int, tuple[str, int]] = field(default_factory=dict)
     # Scalar widths (bits) used in the push-constant block, e.g. {16, 32}.
     push_constant_widths: frozenset[int] = frozenset()
+    # The push-constant block's members in declaration order, and the block's type name
+    # (OpName; "" when the module has none).
+    push_constant_members: tuple[PushMember, ...] = ()
+    push_constant_block: str = ""
     # Bytes of shared (Workgroup) memory with the default specialization constants, at
     # least what the driver will need (members packed, no padding); None when an array
     # length is computed from specialization constants (OpSpecConstantOp).
@@ -155,6 +221,10 @@ def reflect(spirv: bytes) -> ShaderInfo:
     local_size_ids: list[int] | None = None
     decorations: dict[int, dict[int, list[int]]] = {}
     member_offsets: dict[int, dict[int, int]] = {}
+    member_decs: dict[tuple[int, int], dict[int, list[int]]] = {}
+    names: dict[int, str] = {}
+    member_names: dict[tuple[int, int], str] = {}
+    matrices: set[int] = set()
     types: dict[int, tuple] = {}
     pointers: dict[int, tuple[int, int]] = {}
     variables: list[tuple[int, int, int]] = []   # (type id, id, storage class)
@@ -185,8 +255,14 @@ def reflect(spirv: bytes) -> ShaderInfo:
             local_size_ids = list(a[2:5])
         elif op == OP_DECORATE and len(a) >= 2:
             decorations.setdefault(a[0], {})[a[1]] = list(a[2:])
-        elif op == OP_MEMBER_DECORATE and len(a) >= 4 and a[2] == DEC_OFFSET:
-            member_offsets.setdefault(a[0], {})[a[1]] = a[3]
+        elif op == OP_MEMBER_DECORATE and len(a) >= 3:
+            if a[2] == DEC_OFFSET and len(a) >= 4:
+                member_offsets.setdefault(a[0], {})[a[1]] = a[3]
+            member_decs.setdefault((a[0], a[1]), {})[a[2]] = list(a[3:])
+        elif op == OP_NAME and len(a) >= 2:
+            names[a[0]] = _string(w, i + 2, i + wc)[0]
+        elif op == OP_MEMBER_NAME and len(a) >= 3:
+            member_names[(a[0], a[1])] = _string(w, i + 3, i + wc)[0]
         elif op == OP_TYPE_BOOL:
             types[a[0]] = ("bool", 32)
         elif op == OP_TYPE_INT and len(a) >= 3:
@@ -195,6 +271,8 @@ def reflect(spirv: bytes) -> ShaderInfo:
             types[a[0]] = ("float", a[1])
         elif op in (OP_TYPE_VECTOR, OP_TYPE_MATRIX) and len(a) >= 3:
             types[a[0]] = ("vector", a[1], a[2])
+            if op == OP_TYPE_MATRIX:
+                matrices.add(a[0])
         elif op == OP_TYPE_ARRAY and len(a) >= 3:
             types[a[0]] = ("array", a[1], a[2])
         elif op == OP_TYPE_RUNTIME_ARRAY and len(a) >= 2:
@@ -322,16 +400,85 @@ def reflect(spirv: bytes) -> ShaderInfo:
             return None
         return (elem[0], elem[1])
 
+    def member_layout(tid: int, base: int, mstride: int, row_major: bool
+                      ) -> PushMember | None:
+        """The type and scalar offsets of a push-constant member of type tid at byte
+        offset base (index and name left blank); None for a nested struct."""
+        layout: dict[str, int] = {"width": 0, "vector": 1, "columns": 1}
+        kind = ["struct"]
+        array: list[int] = []
+        slots: list[int] = []
+
+        def walk(tid: int, base: int, depth: int) -> bool:
+            ty = types.get(tid)
+            if ty is None or depth > 32:
+                raise ShaderError(f"malformed SPIR-V: bad push-constant type {tid}")
+            if ty[0] in ("bool", "int", "uint", "float"):
+                kind[0] = ty[0]
+                layout["width"] = ty[1]
+                slots.append(base)
+                return True
+            if ty[0] == "vector" and tid in matrices:
+                col = types.get(ty[1])
+                if col is None or col[0] != "vector":
+                    raise ShaderError(f"malformed SPIR-V: bad matrix type {tid}")
+                scalar = size_of(col[1])
+                stride = mstride or size_of(ty[1])
+                layout.update(vector=col[2], columns=ty[2])
+                return all(walk(col[1], base + (r * stride + c * scalar if row_major
+                                                else c * stride + r * scalar), depth + 1)
+                           for c in range(ty[2]) for r in range(col[2]))
+            if ty[0] == "vector":
+                scalar = size_of(ty[1])
+                layout["vector"] = ty[2]
+                return all(walk(ty[1], base + k * scalar, depth + 1) for k in range(ty[2]))
+            if ty[0] == "array":
+                n = int(scalar_value(ty[2]))
+                if len(array) == depth:
+                    array.append(n)
+                stride = (decorations.get(tid, {}).get(DEC_ARRAY_STRIDE, [0])[0]
+                          or size_of(ty[1]))
+                return all(walk(ty[1], base + k * stride, depth + 1) for k in range(n))
+            return False   # a nested struct: a list cannot give it (bytes or numpy can)
+
+        if not walk(tid, base, 0):
+            return None
+        return PushMember(index=0, name="", offset=base, kind=kind[0], array=tuple(array),
+                          slots=tuple(slots), **layout)
+
+    def push_members(struct_id: int) -> tuple[PushMember, ...]:
+        """The members of the push-constant block, each with the byte offsets of its
+        scalars (laid out by the module's decorations)."""
+        t = types.get(struct_id)
+        if t is None or t[0] != "struct":
+            return ()
+        out = []
+        offs = member_offsets.get(struct_id, {})
+        end = 0
+        for m, mt in enumerate(t[1]):
+            off = offs.get(m, end)
+            end = off + size_of(mt)
+            mdec = member_decs.get((struct_id, m), {})
+            name = member_names.get((struct_id, m), "")
+            found = member_layout(mt, off, mdec.get(DEC_MATRIX_STRIDE, [0])[0],
+                                  DEC_ROW_MAJOR in mdec)
+            out.append(replace(found, index=m, name=name) if found is not None else
+                       PushMember(index=m, name=name, offset=off, kind="struct", width=0))
+        return tuple(out)
+
     bindings: list[int] = []
     elements: dict[int, tuple[str, int]] = {}
     other: list[tuple[int, int, str]] = []
     push_size = 0
     push_widths: set[int] = set()
+    push_struct = 0
     shared_types: list[int] = []
     for ptype, vid, sc in variables:
         if sc == SC_PUSH_CONSTANT:
             pointee = pointers.get(ptype, (0, 0))[1]
-            push_size = max(push_size, size_of(pointee))
+            size = size_of(pointee)
+            if size >= push_size:
+                push_size, push_struct = size, pointee
             push_widths |= scalar_widths(pointee)
             continue
         if sc == SC_WORKGROUP:
@@ -398,6 +545,8 @@ def reflect(spirv: bytes) -> ShaderInfo:
         local_size_spec=local_size_spec,
         element_types=elements,
         push_constant_widths=frozenset(push_widths),
+        push_constant_members=push_members(push_struct) if push_struct else (),
+        push_constant_block=names.get(push_struct, "") if push_struct else "",
         shared_memory_size=shared_size({}),
         _shared_with=shared_size if shared_types else None,
     )

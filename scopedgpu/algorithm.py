@@ -54,27 +54,218 @@ def _number_list(values: Any, what: str, name: str) -> list[Any]:
     return items
 
 
-def encode_push_consts(values: Any, what: str) -> bytes:
-    """A list gives float32 values (kp's convention); a numpy array keeps its dtype."""
+def encode_push_consts(values: Any, what: str, info: ShaderInfo) -> bytes:
+    """The push constants of an algorithm (or a stream) over a shader of reflection
+    `info`, encoded (push_bytes) and checked: a block the shader declares must be given,
+    whole (ShaderError otherwise, naming its size and members; zeros on purpose are
+    given like any other values), and a shader without one takes none."""
+    push = push_bytes(values, what, info)
+    if not push and info.push_constant_size:
+        raise missing_push(info, what)
+    return check_push_bytes(push, info, what)
+
+
+def push_bytes(values: Any, what: str, info: ShaderInfo) -> bytes:
+    """The bytes of the push constants `values` for a shader of reflection `info`.
+
+    A list or tuple gives the block's members in order, a dict gives them by name, and a
+    numpy structured scalar by field (by name where the module names its members, else in
+    order): each value is packed as its member is declared (uint, int, float, double,
+    64-bit ints, vectors, arrays, matrices; at the offsets the module's decorations give)
+    and must fit it, else TypeError or ValueError naming the member, the value and the
+    type. A vector, array or matrix member takes a sequence (nested or flat) of its
+    scalars. A numpy array is taken bit for bit with its own dtype, and bytes as they are.
+    b"" when there are none (None, or an empty list or array): whether the shader needs
+    them is the caller's check (check_push_bytes)."""
     if values is None:
         return b""
     if isinstance(values, (bytes, bytearray, memoryview)):
         return bytes(values)
-    if isinstance(values, np.ndarray):
+    if isinstance(values, np.ndarray) and values.dtype.names is None:
         arr = np.ascontiguousarray(values)
         if arr.dtype.kind not in "iuf" or arr.dtype.byteorder == ">":
             raise TypeError(f"{what}: push constants of dtype {arr.dtype} are not supported")
         return arr.tobytes()
-    items = _number_list(values, what, "push_consts")
-    out = np.empty(len(items), dtype=np.float32)
-    for i, v in enumerate(items):
+    members = info.push_constant_members
+    if isinstance(values, (np.void, np.ndarray)):
+        names = values.dtype.names
+        if names is None:
+            raise TypeError(f"{what}: push constants of dtype {values.dtype} are not supported")
+        if isinstance(values, np.ndarray):
+            if values.size != 1:
+                raise ValueError(f"{what}: a structured array of push constants must hold "
+                                 f"one record, not {values.size}")
+            values = values.reshape(-1)[0]
+        if members and all(m.name for m in members):
+            values = {n: values[n] for n in names}
+        else:
+            values = tuple(values[n] for n in names)
+    if isinstance(values, dict):
+        return _pack_push_dict(values, what, info)
+    items = _push_items(values, what)
+    if not items:
+        return b""
+    if not members:
+        raise ValueError(f"{what}: push constants were given ({_count(len(items), 'value')}) "
+                         "but the shader declares none")
+    if len(items) > len(members):
+        raise ValueError(f"{what}: push_consts gives {_count(len(items), 'value')}, but the "
+                         f"shader's push-constant block {push_block(info)} has "
+                         f"{_count(len(members), 'member')}")
+    if len(items) < len(members):
+        missing = ", ".join(f"member {m.label}" for m in members[len(items):])
+        raise ShaderError(f"{what}: push_consts gives {_count(len(items), 'value')}, but the "
+                          f"shader's push-constant block {push_block(info)} has "
+                          f"{_count(len(members), 'member')}: {missing} would be left unset")
+    return _pack_push(list(enumerate(items)), what, info, "push_consts[{}]")
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def _push_items(values: Any, what: str) -> list[Any]:
+    if isinstance(values, (str, set, frozenset)) or not hasattr(values, "__iter__"):
+        raise TypeError(f"{what}: push_consts must be a list of numbers, a dict by member "
+                        "name or a numpy array, not "
+                        f"{type(values).__name__} {values!r}")
+    return list(values)
+
+
+def _pack_push_dict(values: dict, what: str, info: ShaderInfo) -> bytes:
+    members = info.push_constant_members
+    if not members:
+        raise ValueError(f"{what}: push constants were given by name ({sorted(map(str, values))}) "
+                         "but the shader declares no push-constant block")
+    if not all(m.name for m in members):
+        raise ValueError(
+            f"{what}: push constants were given by name, but the module does not name the "
+            "members of its push-constant block (an optimizing compile such as glslc -O "
+            "strips names): pass a list in the order the block declares "
+            f"{push_block(info)}")
+    index = {m.name: m.index for m in members}
+    unknown = [k for k in values if k not in index]
+    if unknown:
+        raise ValueError(f"{what}: push_consts names {unknown[0]!r}, which the shader's "
+                         f"push-constant block {push_block(info)} does not declare")
+    missing = [f"member {m.label}" for m in members if m.name not in values]
+    if missing:
+        raise ShaderError(f"{what}: push_consts leaves {', '.join(missing)} of the shader's "
+                          f"push-constant block {push_block(info)} unset")
+    return _pack_push([(index[k], v) for k, v in values.items()], what, info,
+                      "push_consts[{!r}]", keys=list(values))
+
+
+def _flat(v: Any, out: list[Any]) -> bool:
+    """Appends the scalars of a (nested) sequence to out; False if v is a single value."""
+    if isinstance(v, np.ndarray):
+        out.extend(v.reshape(-1).tolist() if v.dtype.kind in "biuf" else list(v.reshape(-1)))
+        return True
+    if isinstance(v, (list, tuple)):
+        for x in v:
+            if not _flat(x, out):
+                out.append(x)
+        return True
+    return False
+
+
+def _pack_push(items: list[tuple[int, Any]], what: str, info: ShaderInfo, label: str,
+               keys: list[Any] | None = None) -> bytes:
+    """Packs (member index, value) pairs into a block of the shader's size."""
+    members = info.push_constant_members
+    blob = bytearray(info.push_constant_size)
+    for pos, (i, v) in enumerate(items):
+        where = label.format(keys[pos] if keys is not None else i)
+        m = members[i]
+        if not m.slots:
+            raise TypeError(
+                f"{what}: member {m.label} of the push-constant block is a {m.type_name}, "
+                "which push constants from a list cannot give: pass the whole block as a "
+                "numpy array or bytes laid out as the shader declares it")
+        scalars: list[Any] = []
+        if not _flat(v, scalars):
+            if len(m.slots) != 1:
+                raise TypeError(f"{what}: {where} is {v!r} ({type(v).__name__}), but member "
+                                f"{m.label} is a {m.type_name}: give its {len(m.slots)} "
+                                "values as a list")
+            scalars = [v]
+        elif len(scalars) != len(m.slots):
+            raise ValueError(f"{what}: {where} gives {_count(len(scalars), 'value')}, but member "
+                             f"{m.label} is a {m.type_name} of {len(m.slots)}")
+        for k, (x, off) in enumerate(zip(scalars, m.slots)):
+            part = where if len(m.slots) == 1 else f"{where}[{k}]"
+            struct.pack_into(_FMT[(m.kind, m.width)], blob, off, _fit_push(x, m, part, what))
+    return bytes(blob)
+
+
+def _fit_push(v: Any, m: Any, where: str, what: str) -> int | float:
+    """v as member m's scalar type takes it; TypeError or ValueError naming it otherwise."""
+    if not isinstance(v, (numbers.Real, np.number, np.bool_)) or isinstance(
+            v, (np.complexfloating, np.timedelta64, np.datetime64)):
+        raise TypeError(f"{what}: {where} is {v!r} ({type(v).__name__}), but member {m.label} "
+                        f"of the push-constant block is a {m.type_name}: give a number")
+    if m.kind == "float":
+        top = _FLOAT32_MAX if m.width == 32 else float(np.finfo(np.float64).max)
+        try:
+            f: float | None = float(v)
+        except OverflowError:   # an int beyond any float
+            f = None
+        if f is not None and (not math.isfinite(f) or abs(f) <= top):
+            return f   # inf and nan are values of a float like any other
+        raise ValueError(f"{what}: {where}={v!r} does not fit member {m.label}, a "
+                         f"{m.type_name} ({m.width}-bit float): give a number of magnitude "
+                         f"at most {top:.6g}")
+    bits = 1 if m.kind == "bool" else m.width
+    lo = -(1 << (bits - 1)) if m.kind == "int" else 0
+    hi = (1 << (bits - 1)) - 1 if m.kind == "int" else (1 << bits) - 1
+    if isinstance(v, (numbers.Integral, np.integer, np.bool_)):
+        n: int | None = int(v)
+    else:
         f = float(v)
-        if math.isfinite(f) and abs(f) > _FLOAT32_MAX:
-            raise ValueError(f"{what}: push_consts[{i}]={v!r} does not fit a float32 (at "
-                             f"most {_FLOAT32_MAX:.6g} in magnitude); pass a numpy array "
-                             "for other types")
-        out[i] = f
-    return out.tobytes()
+        n = int(f) if math.isfinite(f) and f == math.floor(f) else None
+    if n is None or not lo <= n <= hi:
+        raise ValueError(f"{what}: {where}={v!r} does not fit member {m.label}, a "
+                         f"{m.type_name} ({m.width}-bit {m.kind}): give a whole number from "
+                         f"{lo} to {hi}")
+    return n
+
+
+def push_block(info: ShaderInfo) -> str:
+    """The push-constant block for messages, e.g. `P { uint n; float a; }` (8 bytes)."""
+    body = " ".join(f"{m.declaration};" for m in info.push_constant_members)
+    name = f"{info.push_constant_block} " if info.push_constant_block else ""
+    return f"`{name}{{ {body} }}` ({info.push_constant_size} bytes)"
+
+
+def check_push_bytes(push: bytes, info: ShaderInfo, what: str) -> bytes:
+    """Encoded push constants checked against the block the shader declares: none for a
+    shader without one, exactly the block's bytes otherwise (fewer: ShaderError, the block
+    would be partly unset; none at all is the caller's case)."""
+    need = info.push_constant_size
+    if need == 0:
+        if push:
+            raise ValueError(f"{what}: push constants were given ({len(push)} bytes) but "
+                             "the shader declares none")
+        return b""
+    if len(push) < need:
+        raise ShaderError(
+            f"{what}: the shader's push-constant block {push_block(info)} takes {need} "
+            f"bytes, {len(push)} bytes were given: the rest would be left unset (a numpy "
+            "array is taken bit for bit; a list is packed member by member)")
+    if len(push) > need:
+        raise ValueError(f"{what}: the shader's push-constant block {push_block(info)} "
+                         f"takes {need} bytes, {len(push)} bytes were given")
+    return push
+
+
+def missing_push(info: ShaderInfo, what: str) -> ShaderError:
+    """The error for a shader whose push-constant block was given no values."""
+    zeros = ", ".join("0" if len(m.slots) == 1 else f"[0] * {len(m.slots)}"
+                      for m in info.push_constant_members if m.slots)
+    return ShaderError(
+        f"{what}: the shader declares the push-constant block {push_block(info)} and no "
+        f"push constants were given, so it would read zeros it was never given: pass "
+        f"push_consts (zeros on purpose: push_consts=[{zeros}])")
 
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -358,8 +549,7 @@ class Algorithm(Child):
         self._info = info
         self._engine_info = dev   # the DeviceInfo (check_workgroup runs before Child.__init__)
         self._local_size = local
-        push = encode_push_consts(push_consts, what)
-        self._push = self._check_push(push, what) if push else bytes(info.push_constant_size)
+        self._push = encode_push_consts(push_consts, what, info)
         self._push_values = push_consts
         self._workgroup = self.check_workgroup(workgroup, tensors, what, dev.max_workgroup_count)
         self._tensors = tensors
@@ -400,17 +590,6 @@ class Algorithm(Child):
                 except BaseException:
                     self.destroy()
                     raise
-
-    def _check_push(self, push: bytes, what: str) -> bytes:
-        need = self._info.push_constant_size
-        if need == 0:
-            raise ValueError(f"{what}: push constants were given ({len(push)} bytes) but "
-                             "the shader declares none")
-        if len(push) != need:
-            raise ValueError(f"{what}: the shader's push constants take {need} bytes, "
-                             f"{len(push)} bytes were given (a list gives 4-byte float32 "
-                             "values; pass a numpy array for other types)")
-        return push
 
     def check_workgroup(self, workgroup: Seq[int] | None, tensors: list[Tensor],
                         what: str, maxc: tuple[int, int, int]) -> tuple[int, int, int]:
@@ -493,7 +672,13 @@ class Algorithm(Child):
 
     def check_push(self, push: bytes, what: str) -> bytes:
         """Push-constant bytes checked against the shader (package-internal)."""
-        return self._check_push(push, what)
+        return check_push_bytes(push, self._info, what)
+
+    def encode_push(self, values: Any, what: str) -> bytes:
+        """An OpAlgoDispatch override, encoded as the shader's block declares and checked
+        (package-internal); none (None, or empty) gives the algorithm's own."""
+        push = push_bytes(values, what, self._info)
+        return check_push_bytes(push, self._info, what) if push else self._push
 
     @property
     def handle(self) -> Handle:

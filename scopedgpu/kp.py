@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import math
 import numbers
 import operator
 import os
@@ -197,6 +198,26 @@ def _consts(values: Any, what: str) -> Any:
     return values or None
 
 
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def _float32(values: list[Any], what: str) -> np.ndarray:
+    """kp's list of constants: float32 values, each of a magnitude a float32 holds."""
+    out = np.empty(len(values), dtype=np.float32)
+    for i, v in enumerate(values):
+        try:
+            f = float(v)
+            fits = not math.isfinite(f) or abs(f) <= _FLOAT32_MAX
+        except OverflowError:   # an int beyond any float
+            f, fits = 0.0, False
+        if not fits:
+            raise ValueError(f"{what}[{i}]={v!r} does not fit a float32 (at most "
+                             f"{_FLOAT32_MAX:.6g} in magnitude); pass a numpy array for "
+                             "other types")
+        out[i] = f
+    return out
+
+
 class Algorithm(NoCopy):
     """A compute shader bound to tensors (kp.Algorithm)."""
     _what = "kp algorithm"   # NoCopy: a copy would share the handle
@@ -245,6 +266,10 @@ class Algorithm(NoCopy):
             spec = spec[:n] if n else None
         push = _consts(push_consts, "push_consts")
         self._push_size = info.push_constant_size
+        if push is None and self._push_size:
+            # Kompute builds such a pipeline without a push-constant range and the shader
+            # reads undefined values; scopedgpu.kp gives it zeros (the native API refuses).
+            push = bytes(self._push_size)
         native = mgr.algorithm(natives, bytes(spirv), wg, spec, self._pushed(push),
                                reinterpret=True)
         old, self._a = self._a, native
@@ -254,8 +279,14 @@ class Algorithm(NoCopy):
 
     def _pushed(self, push: Any) -> Any:
         """Push constants for a shader that declares none go nowhere (kp gave them a
-        push-constant range the shader did not use)."""
-        return push if self._push_size else None
+        push-constant range the shader did not use). A list is float32 values whatever
+        the shader declares, as in kp (the native API packs a list as the shader's block
+        declares it): it goes to the native API as a float32 array, taken bit for bit."""
+        if not self._push_size or push is None:
+            return None
+        if isinstance(push, list):
+            return _float32(push, "push_consts")
+        return push
 
     def _native(self) -> _sg.Algorithm:
         if self._a is None or self._a.destroyed:

@@ -356,8 +356,13 @@ class Manager(NoCopy):
                   reinterpret: bool = False) -> Algorithm:
         """A compute shader bound to tensors (binding i is tensors[i]). workgroup: number of
         workgroups (x, y, z); None covers tensors[0] with the shader's own local size.
-        spec_consts/push_consts: a list gives float32 values (kp), a numpy array keeps its
-        dtype. Sizes are checked against the SPIR-V. A tensor whose dtype differs from its
+        spec_consts: a list's values take the types the shader declares for its constant
+        ids. push_consts: a list or tuple gives the push-constant block's members in
+        order, a dict (or numpy structured scalar) by name, each packed as the shader
+        declares it (TypeError or ValueError naming a member a value does not fit); a
+        numpy array or bytes is passed bit for bit. A block the shader declares must be
+        given whole (ShaderError otherwise; zeros on purpose: push_consts=[0, 0]). Sizes
+        are checked against the SPIR-V. A tensor whose dtype differs from its
         binding's declared element type raises ShaderError, unless reinterpret=True (the
         bytes are then read as the shader's type, as kp does). A tensor whose binding the
         shader does not use is accepted and ignored by the shader."""

@@ -9,7 +9,7 @@ import numpy as np
 
 from scopedgpu._record import STAGE_COMPUTE, STAGE_HOST, STAGE_TRANSFER, Recorder
 from scopedgpu._shaders import builtin_spirv
-from scopedgpu.algorithm import Algorithm, encode_push_consts
+from scopedgpu.algorithm import Algorithm
 from scopedgpu.tensor import Tensor
 
 __all__ = ["Op", "OpTensorSyncDevice", "OpTensorSyncLocal", "OpAlgoDispatch", "OpTensorCopy",
@@ -174,8 +174,7 @@ class OpAlgoDispatch(Op):
             self.workgroup = algorithm.workgroup
             return
         what = f"OpAlgoDispatch({algorithm!r})"
-        push = encode_push_consts(push_consts, what)
-        self.push = algorithm.check_push(push, what) if push else algorithm.push_bytes
+        self.push = algorithm.encode_push(push_consts, what)
         self.workgroup = (algorithm.workgroup if workgroup is None else
                           algorithm.check_workgroup(workgroup, bound, what,
                                                     algorithm.max_workgroup_count))

@@ -612,7 +612,7 @@ def stream(mgr: Any, engine: Any, spirv: bytes, inputs: Seq[np.ndarray],
         engine.check_open()
         shader = engine.reflections.get(spirv)
     # Checked here too, so that their errors name stream() rather than a slot's algorithm.
-    encode_push_consts(push_consts, "stream()")
+    encode_push_consts(push_consts, "stream()", shader)
     if workgroup is not None:
         workgroup = parse_workgroup(workgroup, "stream()", engine.info.max_workgroup_count)
     local = shader.local_size_with(spec_values(

@@ -140,9 +140,13 @@ def test_narrow_push_constant_block_is_a_shader_error(mgr, glsl):
 
 @pytest.mark.parametrize("push, exc, match", [
     ([None], TypeError, r"push_consts\[0\] is None"),
-    ([1.0, "2"], TypeError, r"push_consts\[1\] is '2'"),
+    (["2"], TypeError, r"push_consts\[0\] is '2' \(str\), but member 0 of the push-constant "
+                       r"block is a float"),
+    ([1.0, 2.0], ValueError, r"push_consts gives 2 values, but the shader's push-constant "
+                             r"block `\{ float _0; \}` \(4 bytes\) has 1 member"),
     ("12", TypeError, "push_consts must be a list of numbers.*not str '12'"),
-    ([1e39], ValueError, r"push_consts\[0\]=1e\+39 does not fit a float32"),
+    ([1e39], ValueError, r"push_consts\[0\]=1e\+39 does not fit member 0, a float \(32-bit "
+                         r"float\)"),
 ])
 def test_bad_push_constant_values(mgr, glsl, push, exc, match):
     x, y, o = mgr.tensor([1.0]), mgr.tensor([2.0]), mgr.tensor([0.0])
