@@ -53,7 +53,7 @@ fi
 "$py" -c 'import scopedgpu as sg; d = sg.devices(); print("device_suite:", [x.name for x in d])'
 
 run_one() {
-  # A unit is a test file, or pytest arguments naming part of one (see SPLIT below).
+  # A unit is a test file, or pytest arguments naming part of one (the parts below).
   local f=$1 name start rc left
   name=$(echo "$f" | tr '/ :[]' '_____')
   start=$(date +%s.%N)
