@@ -132,8 +132,12 @@ def test_bad_device_choice():
 
 def test_bad_push_and_spec_consts(mgr, glsl):
     x, y, o = mgr.tensor([1.0]), mgr.tensor([2.0]), mgr.tensor([0.0])
-    with pytest.raises(ValueError, match="4 bytes, 8 bytes were given"):
+    with pytest.raises(ValueError, match=r"gives 2 values, but the shader's push-constant "
+                                          r"block `\{ float _0; \}` \(4 bytes\) has 1 member"):
         mgr.algorithm([x, y, o], glsl(shaders.SAXPY), push_consts=[1.0, 2.0])
+    with pytest.raises(ValueError, match="4 bytes, 8 bytes were given"):
+        mgr.algorithm([x, y, o], glsl(shaders.SAXPY),
+                      push_consts=np.array([1.0, 2.0], np.float32))
     with pytest.raises(ValueError, match="declares none"):
         mgr.algorithm([x], glsl(shaders.ADD_ONE), push_consts=[1.0])
     with pytest.raises(ValueError, match="specialization constant 2 is not declared"):
