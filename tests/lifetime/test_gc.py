@@ -40,12 +40,15 @@ def test_unreachable_algorithms_and_sequences(mgr):
 
 
 def test_unreachable_objects_wait_for_their_gpu_work(mgr):
+    from endless import FLAG_GLSL, STOPPABLE, set_flag
     baseline = live_counts(mgr, process=True)
-    # Long enough to still run at the checks below: ~0.2 s on lavapipe, ~1 s on an H200.
-    n = 1_000_000 if mgr.device.type == "cpu" else 200_000_000
-    t = mgr.tensor(np.array([0, n, 0, 0], np.uint32))
+    # The dispatch runs until the test sets the flag (endless.py): still running at the
+    # checks below however long the collection takes. (A kernel of fixed length, about
+    # 0.2 s, once ended before them in a loaded CI run.)
+    flag = mgr.tensor(np.zeros(4, np.uint32), kind="host")
+    t = mgr.tensor(np.array([0, 7, 0, 0], np.uint32))
     out = mgr.tensor(np.zeros(4, np.uint32))
-    algo = mgr.algorithm([t], slow_spirv(), workgroup=(128, 1, 1))
+    algo = mgr.algorithm([flag], sg.compile_glsl(FLAG_GLSL), workgroup=STOPPABLE)
     seq = mgr.sequence()
     seq.record(sg.OpTensorSyncDevice([t])).record(sg.OpAlgoDispatch(algo))
     seq.record(sg.OpTensorCopy([t, out])).record(sg.OpTensorSyncLocal([out]))
@@ -60,11 +63,13 @@ def test_unreachable_objects_wait_for_their_gpu_work(mgr):
     assert during["sequences"] == baseline["sequences"] + 1
     assert during["descriptor_pools"] == baseline["descriptor_pools"] + 1
     assert stats["allocations"] >= 3
+    set_flag(flag)
     mgr.wait_idle()
-    np.testing.assert_array_equal(view, [0, n, 0, 0])  # the OpTensorSyncLocal happened
+    np.testing.assert_array_equal(view, [0, 7, 0, 0])  # the OpTensorSyncLocal happened
     # data() may be a range of the pool (a host block of imported memory): its last view
     # releases it.
     del view
+    flag.destroy()
     assert live_counts(mgr, process=True) == baseline
 
 
