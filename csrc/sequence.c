@@ -108,6 +108,15 @@ void sg_seq_copy(sg_seq *seq, sg_block *src, uint64_t src_offset, sg_block *dst,
     seq->dev->vk.vkCmdCopyBuffer(seq->cmd, src->buffer, dst->buffer, 1, &region);
 }
 
+void sg_seq_zero(sg_seq *seq, sg_block *blk, uint64_t offset, uint64_t size) {
+    /* vkCmdFillBuffer: dstOffset and size multiples of 4, within the buffer. */
+    if (!in_block(blk, offset, size) || (offset | size) % 4) {
+        refuse(seq, "sg_seq_zero", SG_ERR_RANGE);
+        return;
+    }
+    seq->dev->vk.vkCmdFillBuffer(seq->cmd, blk->buffer, offset, size, 0);
+}
+
 void sg_seq_barrier(sg_seq *seq, uint32_t src_stages, uint32_t src_access,
                     uint32_t dst_stages, uint32_t dst_access) {
     /* vkCmdPipelineBarrier: "Any pipeline stage included in srcStageMask must be supported

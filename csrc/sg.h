@@ -182,6 +182,9 @@ void sg_seq_copy(sg_seq *seq, sg_block *src, uint64_t src_offset, sg_block *dst,
                  uint64_t dst_offset, uint64_t size);
 void sg_seq_barrier(sg_seq *seq, uint32_t src_stages, uint32_t src_access,
                     uint32_t dst_stages, uint32_t dst_access);
+/* Fills [offset, offset + size) of the block with zeros (a transfer write); offset and
+ * size multiples of 4. */
+void sg_seq_zero(sg_seq *seq, sg_block *blk, uint64_t offset, uint64_t size);
 void sg_seq_dispatch(sg_seq *seq, sg_program *prog, sg_dset *ds, const void *push,
                      uint32_t push_size, uint32_t x, uint32_t y, uint32_t z);
 void sg_seq_timestamp(sg_seq *seq, uint32_t query);

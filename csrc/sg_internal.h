@@ -62,6 +62,7 @@
     X(vkBeginCommandBuffer) \
     X(vkEndCommandBuffer) \
     X(vkCmdCopyBuffer) \
+    X(vkCmdFillBuffer) \
     X(vkCmdPipelineBarrier) \
     X(vkCmdBindPipeline) \
     X(vkCmdBindDescriptorSets) \

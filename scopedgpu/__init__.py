@@ -10,7 +10,8 @@ from __future__ import annotations
 from scopedgpu._device import DeviceInfo, devices
 from scopedgpu._errors import (DestroyedError, DeviceError, DtypeWarning, ForkedError,
                                NoDeviceError,
-                               OutOfMemoryError, ScopedGPUError, ShaderError, ValidationError)
+                               OutOfMemoryError, ScopedGPUError, ShaderError, SyncWarning,
+                               ValidationError)
 from scopedgpu._version import __version__
 from scopedgpu.algorithm import Algorithm
 from scopedgpu.glsl import compile_glsl
@@ -28,5 +29,5 @@ __all__ = [
     "OpMemoryBarrier", "compile_glsl", "live_vulkan_objects",
     "abandoned_managers",
     "ScopedGPUError", "NoDeviceError", "DeviceError", "OutOfMemoryError", "DestroyedError",
-    "ForkedError", "ShaderError", "ValidationError", "DtypeWarning",
+    "ForkedError", "ShaderError", "ValidationError", "DtypeWarning", "SyncWarning",
 ]

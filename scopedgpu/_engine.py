@@ -145,6 +145,9 @@ class Engine(Validation):
         self.limbo: list[Any] = []
         # (sg_seq ** holder, [staging Allocation]) of storage uploads (_transfer.upload)
         self.oneoffs: list[tuple[Any, list[Any]]] = []
+        # Debug mode: the forgotten-sync checker (_synccheck.SyncCheck), set by the
+        # manager; None otherwise, and nothing then costs more.
+        self.sync_check: Any = None
 
     def unreachable(self, ref: weakref.ref) -> None:
         """Weakref callback of a child that became unreachable: queue its handle (no lock,

@@ -47,6 +47,13 @@ class ValidationError(ScopedGPUError):
     """The Khronos validation layer reported an error for the call that raised this."""
 
 
+class SyncWarning(UserWarning):
+    """Debug mode (Manager(debug=True)): a forgotten sync op. A kernel reads a tensor
+    whose host data changed since its last sync, or never reached the device (a missing
+    OpTensorSyncDevice); or data() of a tensor a kernel wrote after its last download
+    (a missing OpTensorSyncLocal)."""
+
+
 class DtypeWarning(UserWarning):
     """Kept so that code which filters it keeps working; scopedgpu no longer issues it: a
     tensor whose dtype differs from its binding's declared element type now raises

@@ -15,6 +15,17 @@ the Vulkan spec that synchronization validation reports, SYNC-HAZARD-READ-AFTER-
 and -WRITE-AFTER-READ, and that a driver with separate caches for transfers would turn
 into stale downloads.) Host accesses (STAGE_HOST) are ordered by the fence and never need
 a barrier in the command buffer.
+
+Fresh device memory: the device range of a new "device" tensor holds whatever the pool's
+memory held before (another tensor's data, or another manager's). Its handle is `fresh`
+until a submitted command buffer wrote it. The ops report their first touch of each
+device range (Recorder.touch): a fresh range first read (a dispatch, whose writes are not
+known, a download, a copy's source) is zeroed at that point of the command buffer; a
+fresh range first overwritten whole (an upload, a copy's destination) needs nothing. The
+sequence marks them all written once it submitted (Recording.touched); a recording that
+zeroed anything is recorded again, without the zeros, before its next submission (it
+would otherwise zero the range again). Recording happens at submission, under the
+manager's lock, so freshness is read and changed in submission order.
 """
 from __future__ import annotations
 
@@ -51,6 +62,21 @@ class Recorder:
         self.read: set[Any] = set()
         self.src_stages = 0
         self.src_access = 0
+        # Fresh tensor handles touched by this recording, and whether any was zeroed.
+        self.touched: list[Any] = []
+        self.zeroed = False
+
+    def touch(self, th: Any, whole_write: bool) -> None:
+        """First touch of a fresh device range (th: its tensor's handle, th.fresh true),
+        before the op's own use(): zeroes it unless the op overwrites it whole."""
+        if th in self.touched:
+            return
+        self.touched.append(th)
+        if not whole_write:
+            a = th.gpu
+            self.use([(a, STAGE_TRANSFER, True)])
+            _vk.seq_zero(self.h, a.block.handle, a.offset, a.size)
+            self.zeroed = True
 
     def use(self, uses: list[Use]) -> None:
         gpu = False
@@ -99,11 +125,12 @@ class Recorder:
         _vk.seq_dispatch(self.h, program, dset, push, len(push), x, y, z)
 
 
-def record_commands(h: Any, ops: list[Any], timestamps: bool, owner: object) -> None:
+def record_commands(h: Any, ops: list[Any], timestamps: bool, owner: object) -> Recorder:
     """Records `ops` (each with record(rec)) into the command buffer h, between a barrier
     after the work of earlier submissions on the queue and one that makes the device's
     writes visible to the host; with timestamps, one query before and one after each op.
-    `owner` (the sequence) names it in an error."""
+    `owner` (the sequence) names it in an error. Returns the recorder (its `touched` and
+    `zeroed`)."""
     rc = _vk.seq_begin(h)
     if rc:
         _vk.check(rc, f"recording {owner!r}")
@@ -121,3 +148,4 @@ def record_commands(h: Any, ops: list[Any], timestamps: bool, owner: object) -> 
     rc = _vk.seq_end(h)
     if rc:
         _vk.check(rc, f"recording {owner!r}")
+    return rec

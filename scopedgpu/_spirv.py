@@ -44,6 +44,22 @@ OP_SPEC_CONSTANT_FALSE = 49
 OP_SPEC_CONSTANT = 50
 OP_SPEC_CONSTANT_COMPOSITE = 51
 OP_VARIABLE = 59
+OP_FUNCTION_PARAMETER = 55
+OP_FUNCTION_CALL = 57
+OP_LOAD = 61
+OP_STORE = 62
+OP_COPY_MEMORY = 63
+OP_COPY_MEMORY_SIZED = 64
+OP_COPY_OBJECT = 83
+OP_SELECT = 169
+OP_PHI = 245
+OP_ATOMIC_LOAD = 227
+OP_ATOMIC_STORE = 228
+# access chains: result = base[...] (result id a[1], base a[2])
+_CHAINS = frozenset({65, 66, 67, 70, OP_COPY_OBJECT})
+# atomics that read and write their pointer (a[2]): exchange, compare-exchange, the
+# arithmetic ones, and the float add/min/max extensions
+_ATOMIC_RMW = frozenset({229, 230, 231, *range(232, 243), 5614, 5615, 6035})
 OP_DECORATE = 71
 OP_MEMBER_DECORATE = 72
 OP_MEMORY_MODEL = 14
@@ -148,6 +164,11 @@ class ShaderInfo:
     element_types: dict[int, tuple[str, int]] = field(default_factory=dict)
     # Scalar widths (bits) used in the push-constant block, e.g. {16, 32}.
     push_constant_widths: frozenset[int] = frozenset()
+    # binding -> (read?, written?) as the module's instructions access it (loads, stores,
+    # atomics, copies, through access chains; a pointer passed to a function counts as
+    # both); None when a pointer's variable cannot be told (variable pointers): then
+    # every binding may be read and written.
+    binding_access: dict[int, tuple[bool, bool]] | None = None
     # The push-constant block's members in declaration order, and the block's type name
     # (OpName; "" when the module has none).
     push_constant_members: tuple[PushMember, ...] = ()
@@ -231,6 +252,11 @@ def reflect(spirv: bytes) -> ShaderInfo:
     constants: dict[int, tuple[int, list[int]]] = {}   # id -> (type, value words)
     spec_scalars: dict[int, tuple[int, list[int] | bool]] = {}
     composites: dict[int, list[int]] = {}
+    base_of: dict[int, int] = {}      # access chain -> its base pointer
+    reads: list[int] = []             # pointers loaded from (or atomically accessed)
+    writes: list[int] = []            # pointers stored to
+    params: set[int] = set()          # function parameters (their calls count instead)
+    chosen: set[int] = set()          # OpSelect / OpPhi results (maybe pointers)
 
     i = 5
     n = len(w)
@@ -293,6 +319,25 @@ def reflect(spirv: bytes) -> ShaderInfo:
             composites[a[1]] = list(a[2:])
         elif op == OP_VARIABLE and len(a) >= 3:
             variables.append((a[0], a[1], a[2]))
+        elif op in _CHAINS and len(a) >= 3:
+            base_of[a[1]] = a[2]
+        elif op in (OP_LOAD, OP_ATOMIC_LOAD) and len(a) >= 3:
+            reads.append(a[2])
+        elif op in (OP_STORE, OP_ATOMIC_STORE) and len(a) >= 1:
+            writes.append(a[0])
+        elif op in (OP_COPY_MEMORY, OP_COPY_MEMORY_SIZED) and len(a) >= 2:
+            writes.append(a[0])
+            reads.append(a[1])
+        elif op in _ATOMIC_RMW and len(a) >= 3:
+            reads.append(a[2])
+            writes.append(a[2])
+        elif op == OP_FUNCTION_CALL and len(a) >= 3:
+            reads.extend(a[3:])    # (values as well as pointers: those resolve to nothing)
+            writes.extend(a[3:])
+        elif op == OP_FUNCTION_PARAMETER and len(a) >= 2:
+            params.add(a[1])
+        elif op in (OP_SELECT, OP_PHI) and len(a) >= 2:
+            chosen.add(a[1])
         i += wc
 
     if not has_memory_model:
@@ -535,6 +580,29 @@ def reflect(spirv: bytes) -> ShaderInfo:
             total += n
         return total
 
+    binding_vars = {vid: decorations[vid][DEC_BINDING][0] for _, vid, sc in variables
+                    if DEC_BINDING in decorations.get(vid, {})
+                    and decorations[vid].get(DEC_DESCRIPTOR_SET, [0])[0] == 0}
+
+    def binding_access() -> dict[int, tuple[bool, bool]] | None:
+        """Which bindings the module reads and writes, or None when a pointer's
+        variable cannot be told."""
+        var_ids = {vid for _, vid, _ in variables}
+        access = {b: [False, False] for b in binding_vars.values()}
+        for which, pointers_ in ((0, reads), (1, writes)):
+            for p in pointers_:
+                for _ in range(256):   # up the access chains to a variable
+                    if p not in base_of:
+                        break
+                    p = base_of[p]
+                if p in binding_vars:
+                    access[binding_vars[p]][which] = True
+                elif p in chosen:
+                    return None
+                elif p not in var_ids and p not in params:
+                    continue   # a value, not a pointer (a function call's argument)
+        return {b: (r, w) for b, (r, w) in access.items()}
+
     return ShaderInfo(
         version=version,
         local_size=(local_size[0], local_size[1], local_size[2]),
@@ -545,6 +613,7 @@ def reflect(spirv: bytes) -> ShaderInfo:
         local_size_spec=local_size_spec,
         element_types=elements,
         push_constant_widths=frozenset(push_widths),
+        binding_access=binding_access(),
         push_constant_members=push_members(push_struct) if push_struct else (),
         push_constant_block=names.get(push_struct, "") if push_struct else "",
         shared_memory_size=shared_size({}),

@@ -284,6 +284,8 @@ seq_end: Callable[[Any], int] = lib.sg_seq_end
 seq_barrier: Callable[[Any, int, int, int, int], None] = lib.sg_seq_barrier
 # seq_copy(h, src_block, src_offset, dst_block, dst_offset, nbytes)
 seq_copy: Callable[[Any, Any, int, Any, int, int], None] = lib.sg_seq_copy
+# seq_zero(h, block, offset, nbytes): a transfer write of zeros
+seq_zero: Callable[[Any, Any, int, int], None] = lib.sg_seq_zero
 # seq_dispatch(h, program, dset, push, push_size, x, y, z)
 seq_dispatch: Callable[..., None] = lib.sg_seq_dispatch
 seq_timestamp: Callable[[Any, int], None] = lib.sg_seq_timestamp

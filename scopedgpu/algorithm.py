@@ -670,6 +670,12 @@ class Algorithm(Child):
         """The device's limit on workgroups per axis (package-internal)."""
         return self._engine_info.max_workgroup_count
 
+    @property
+    def binding_access(self) -> dict[int, tuple[bool, bool]] | None:
+        """binding -> (read?, written?) by the shader's instructions; None when not known
+        (package-internal)."""
+        return self._info.binding_access
+
     def check_push(self, push: bytes, what: str) -> bytes:
         """Push-constant bytes checked against the shader (package-internal)."""
         return check_push_bytes(push, self._info, what)

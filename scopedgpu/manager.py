@@ -24,6 +24,7 @@ from scopedgpu._engine import (DEFAULT_WAIT_TIMEOUT, STATES, Engine, Roots,  # n
                                wait_timeout_from)
 from scopedgpu._pool import IMPORT_MIN, Pool, aligned_empty
 from scopedgpu._spirv import ShaderInfo
+from scopedgpu._synccheck import SyncCheck
 from scopedgpu.algorithm import Algorithm
 from scopedgpu.ops import Op
 from scopedgpu.pinned import Pinned, pin
@@ -181,6 +182,7 @@ class Manager(NoCopy):
             state.debug = bool(debug)
             if state.debug:
                 _vk.debug_states.add(state)
+                state.sync_check = SyncCheck()
             info = _device.choose_device(_device.enumerate_devices(state.inst), device)
             try:
                 _vk.device_create(state.inst, info.index, min(info.queue_count, max_queues), dout,

@@ -92,6 +92,8 @@ class OpTensorSyncDevice(Op):
             gpu = t.gpu_range
             if t.kind == "device":
                 stage = t.stage_range
+                if t.ranges.fresh:
+                    rec.touch(t.ranges, True)
                 rec.use([(stage, STAGE_TRANSFER, False), (gpu, STAGE_TRANSFER, True)])
                 rec.copy(stage, gpu, t.nbytes)
             else:  # host tensor: the host write before submission is all it takes
@@ -123,6 +125,8 @@ class OpTensorSyncLocal(Op):
             gpu = t.gpu_range
             if t.kind == "device":
                 stage = t.stage_range
+                if t.ranges.fresh:
+                    rec.touch(t.ranges, False)
                 rec.use([(gpu, STAGE_TRANSFER, False), (stage, STAGE_TRANSFER, True)])
                 rec.copy(gpu, stage, t.nbytes)
             else:
@@ -152,8 +156,12 @@ class OpTensorCopy(Op):
     def record(self, rec):
         src = self.tensors[0]
         a = src.gpu_range
+        if src.ranges.fresh:
+            rec.touch(src.ranges, False)
         for dst in self.tensors[1:]:
             b = dst.gpu_range
+            if dst.ranges.fresh:
+                rec.touch(dst.ranges, True)
             rec.use([(a, STAGE_TRANSFER, False), (b, STAGE_TRANSFER, True)])
             rec.copy(a, b, src.nbytes)
 
@@ -184,6 +192,9 @@ class OpAlgoDispatch(Op):
 
     def record(self, rec):
         algo = self.algorithm
+        for t in algo.bound:
+            if t.ranges.fresh:   # (its writes are not known: zeroed first)
+                rec.touch(t.ranges, False)
         rec.use([(t.gpu_range, STAGE_COMPUTE, True) for t in algo.bound])
         # a live algorithm: eval checked objects() first
         program, dset = algo.dispatch_handles()

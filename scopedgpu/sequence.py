@@ -54,12 +54,16 @@ class _SeqHandle(Handle):
         return self.seq
 
     def complete(self) -> None:
-        """Does the host copies of the submission that completed."""
+        """Does the host copies of the submission that completed (and, in debug mode, the
+        sync checker's step after them: an entry (callable, None, -1))."""
         copies = self.copies
         if copies:
             self.copies = ()
             for dst, src, n in copies:
-                _copy(dst, src, n)
+                if n < 0:
+                    dst()
+                else:
+                    _copy(dst, src, n)
 
     def release(self, state: Engine, closing: bool) -> None:
         # Another thread may be inside sg_seq_wait on this sequence (it waits without the
@@ -181,6 +185,10 @@ class Sequence(Child):
         self._copies: tuple[tuple[Any, Any, int], ...] = ()
         self._host_written: set[Handle] = set()
         self._rec_inflight: frozenset[Handle] = _EMPTY   # handles of _objs, made at record
+        # Fresh tensors the command buffer zeroes or overwrites whole (Recorder.touch),
+        # marked written once it is submitted; and whether it zeroes any.
+        self._touched: list[Any] = []
+        self._zeroes = False
         # Signature of the recorded ops when they are all plain dispatches: an anonymous
         # sequence that reuses a command buffer already holding exactly these commands
         # (same live algorithms, push constants, workgroups) need not record it again.
@@ -360,6 +368,10 @@ class Sequence(Child):
             for other in state.running_seqs():
                 if other is not self and not other._inflight.isdisjoint(written):
                     other._wait_locked()
+        if self._zeroes and not all(th.fresh for th in self._touched):
+            # Recorded (with its zeros) and not submitted (an interrupt, a failed
+            # submission), and since then another submission wrote those tensors.
+            self._dirty = True
         if self._dirty:
             sig = self._sig
             if sig and sig == self._handle.sig:  # type: ignore[attr-defined]
@@ -375,6 +387,11 @@ class Sequence(Child):
         if self._want_timestamps:
             self._timestamps = None
             self._ts_due = False
+        copies = self._copies
+        if state.sync_check is not None:   # debug mode: forgotten syncs
+            after = state.sync_check.submitted([op_ for _, op_ in self._ops], self)
+            if after is not None:
+                copies += ((after, None, -1),)
         # Running before the submission, in one line (a Ctrl-C cannot split it): cut
         # short before the submit, it completes at once (its fence is still signalled);
         # after it, the submission is waited for like any other, never submitted
@@ -384,7 +401,14 @@ class Sequence(Child):
         if rc:
             self._retire()
             _vk.check(rc, f"submitting {self!r}")
-        self._handle.copies = self._copies  # type: ignore[attr-defined]
+        self._handle.copies = copies  # type: ignore[attr-defined]
+        if self._touched:
+            for th in self._touched:
+                th.fresh = False
+            self._touched = []
+            if self._zeroes:   # the zeros were for this submission only
+                self._zeroes = False
+                self._dirty = True
         if self._want_timestamps:
             self._ts_due = True   # submitted: its queries will be written
         if state.debug:
@@ -522,9 +546,12 @@ class Sequence(Child):
         h = self._h
         self._handle.sig = None  # type: ignore[attr-defined]
         ts = self._want_timestamps
-        record_commands(h, [op_ for _, op_ in self._ops], ts, self)
+        rec = record_commands(h, [op_ for _, op_ in self._ops], ts, self)
+        self._touched = rec.touched
+        self._zeroes = rec.zeroed
         self._rec_inflight = handles_of(self._objs)
-        self._handle.sig = self._sig  # type: ignore[attr-defined]
+        # A command buffer that zeroes fresh tensors is for one submission: never reused.
+        self._handle.sig = None if rec.zeroed else self._sig  # type: ignore[attr-defined]
         self._nts = n + 1 if ts else 0
         self._dirty = False
 
@@ -658,6 +685,8 @@ class Sequence(Child):
         self._copies = ()
         self._host_written.clear()
         self._rec_inflight = _EMPTY
+        self._touched = []
+        self._zeroes = False
 
     # -- the package's interface (the engine) ---------------------------------------
     @property

@@ -37,13 +37,17 @@ class _TensorHandle(Handle):
     `host` keeps that host memory alive until the import is released). `view`: a weak
     reference to data() when data() is the staging range itself (a host block of imported
     numpy memory), whose range then waits for the last view."""
-    __slots__ = ("gpu", "stage", "host", "view")
+    __slots__ = ("gpu", "stage", "host", "view", "fresh")
 
     def __init__(self) -> None:
         self.gpu: Allocation | None = None
         self.stage: Allocation | None = None
         self.host: np.ndarray | None = None
         self.view: weakref.ref[Any] | None = None
+        # The device range of a "device" tensor not yet written by submitted work: it
+        # holds what the pool's memory held before, and is zeroed before it is first read
+        # (Recorder.touch).
+        self.fresh = False
 
     def release(self, state: Engine, closing: bool) -> None:
         # Each range is taken (cleared) in the line that frees it: a release that a
@@ -125,6 +129,7 @@ class Tensor(Child):
                 try:
                     pair = state.pool.alloc_pair(nbytes)
                     handle.gpu, handle.stage = pair
+                    handle.fresh = True
                     self._gpu, self._stage = pair
                     self._mapped = self._stage
                     self._zero_copy = False
@@ -146,6 +151,7 @@ class Tensor(Child):
             pool = state.pool
             try:
                 handle.gpu = pool.alloc(nbytes, "host" if kind == "host" else "device")
+                handle.fresh = kind == "device"
                 if kind == "device" and handle.stage is None:
                     if pool.import_align and pool.can_import(self._nbytes):
                         # The host copy itself becomes the staging memory: no memcpy in
@@ -262,6 +268,9 @@ class Tensor(Child):
             raise ScopedGPUError(
                 f"{self!r} has no host memory (kind 'storage'): copy it into a 'device' or "
                 "'host' tensor with OpTensorCopy and read that one")
+        check = self._engine.sync_check
+        if check is not None:   # debug mode: a kernel wrote it after its last download?
+            check.host_read(self)
         return self._host
 
     def numpy(self) -> np.ndarray:
@@ -284,6 +293,18 @@ class Tensor(Child):
         return self
 
     # -- the package's interface (ops and sequences) ----------------------------------
+    @property
+    def host_data(self) -> np.ndarray:
+        """The host copy as it is, without data()'s checks (package-internal)."""
+        assert self._host is not None
+        return self._host
+
+    @property
+    def ranges(self) -> _TensorHandle:
+        """The handle that owns the tensor's ranges; its `fresh` is read and cleared by
+        the recorder (package-internal)."""
+        return self._th
+
     @property
     def gpu_range(self) -> Allocation:
         """The pool range shaders bind and copies use (package-internal)."""

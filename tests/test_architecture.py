@@ -165,7 +165,8 @@ def test_only_vk_touches_the_c_extension():
 def test_the_layers_hold():
     """The order of docs/architecture.md: no module imports one of a higher layer."""
     layers = ["_errors", "_lazy", "_ki", "_ffi", "_vk", "_base", "_pool", "_validation", "_engine",
-              "_caches", "_transfer", "pinned", "tensor", "algorithm", "_record", "ops", "sequence",
+              "_caches", "_transfer", "pinned", "tensor", "algorithm", "_record", "ops", "_synccheck",
+              "sequence",
               "stream", "manager"]
     rank = {m: i for i, m in enumerate(layers)}
     graph = import_graph(PKG)

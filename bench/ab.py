@@ -1,0 +1,139 @@
+"""Two versions of the library against each other on the hot paths, in one run: the
+re-evaluation latency of a recorded one-dispatch sequence, anonymous sequence churn,
+tensor churn (with 10,000 live) and a request round trip (per-request tensors, algorithm
+and sequence: upload, dispatch, download, all destroyed). Each version runs in processes
+of its own, alternating, `--rounds` times; the medians and the ratio B/A are printed.
+
+    python bench/ab.py DIR_A DIR_B [--rounds 3] [--seconds 1.0] [--json FILE]
+
+DIR_A and DIR_B each hold a `scopedgpu` package (a checkout, or a copy of one's
+scopedgpu/ with its compiled extension and shaders). Made to check that a change to the
+core costs nothing measurable (the issue's "within noise"): run it on the device whose
+figures count.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+FIGURES = ("latency_us", "seq_churn_per_s", "tensor_churn_per_s", "round_trip_per_s")
+
+
+
+def worker(seconds: float) -> dict[str, float]:
+    import numpy as np
+
+    import scopedgpu as sg
+    from pathlib import Path
+
+    spirv = (Path(sg.__file__).parent / "shaders" / "mult_f32.spv").read_bytes()
+    out: dict[str, float] = {}
+    with sg.Manager() as mgr:
+        n = 64
+        a, b, c = (mgr.tensor(np.ones(n, np.float32)) for _ in range(3))
+        algo = mgr.algorithm([a, b, c], spirv, workgroup=(1, 1, 1))
+        clock = time.perf_counter_ns
+        with mgr.sequence() as seq:
+            seq.record(sg.OpAlgoDispatch(algo))
+            for _ in range(200):
+                seq.eval()
+            times = []
+            end = time.perf_counter() + seconds
+            while time.perf_counter() < end:
+                t0 = clock()
+                seq.eval()
+                times.append(clock() - t0)
+        out["latency_us"] = statistics.median(times) / 1e3
+
+        count = 0
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            for _ in range(32):
+                with mgr.sequence() as s:
+                    s.record(sg.OpAlgoDispatch(algo))
+                    s.eval()
+            count += 32
+        out["seq_churn_per_s"] = count / (time.perf_counter() - t0)
+        for t in (algo, a, b, c):
+            t.destroy()
+
+        small = np.zeros(16, np.float32)
+        live = [mgr.tensor(small) for _ in range(10_000)]
+        rates = []
+        for _ in range(5):
+            done = 0
+            t0 = time.perf_counter()
+            while time.perf_counter() - t0 < seconds / 5:
+                for _ in range(256):
+                    mgr.tensor(small).destroy()
+                done += 256
+            rates.append(done / (time.perf_counter() - t0))
+        out["tensor_churn_per_s"] = statistics.median(rates)
+        for t in live:
+            t.destroy()
+
+        req = np.arange(4096, dtype=np.float32)   # 16 KiB
+        count = 0
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            x = mgr.tensor(req)
+            y = mgr.tensor(req)
+            z = mgr.empty(4096)
+            al = mgr.algorithm([x, y, z], spirv)
+            with mgr.sequence() as s:
+                s.record(sg.OpTensorSyncDevice([x, y])).record(sg.OpAlgoDispatch(al))
+                s.record(sg.OpTensorSyncLocal([z]))
+                s.eval()
+            if count == 0 and not np.array_equal(z.data(), req * req):
+                raise SystemExit("round trip: wrong result")
+            for t in (al, x, y, z):
+                t.destroy()
+            count += 1
+        out["round_trip_per_s"] = count / (time.perf_counter() - t0)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python bench/ab.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("a", nargs="?")
+    p.add_argument("b", nargs="?")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--seconds", type=float, default=1.0)
+    p.add_argument("--json")
+    p.add_argument("--worker", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.worker:
+        print(json.dumps(worker(args.seconds)))
+        return 0
+    if not (args.a and args.b):
+        p.error("DIR_A and DIR_B are required")
+    runs: dict[str, list[dict[str, float]]] = {"a": [], "b": []}
+    for r in range(args.rounds):
+        for key in ("a", "b"):
+            where = os.path.abspath(getattr(args, key))
+            env = dict(os.environ, PYTHONPATH=where + os.pathsep + os.environ.get("PYTHONPATH", ""))
+            res = subprocess.run([sys.executable, __file__, "--worker", where, "--seconds",
+                                  str(args.seconds)], env=env, capture_output=True, text=True,
+                                 cwd=where)
+            if res.returncode:
+                sys.stderr.write(res.stderr)
+                return 1
+            runs[key].append(json.loads(res.stdout.strip().splitlines()[-1]))
+            print(f"round {r + 1} {key}: {runs[key][-1]}", file=sys.stderr)
+    med = {k: {f: statistics.median(x[f] for x in runs[k]) for f in FIGURES} for k in runs}
+    print(f"{'figure':<22} {'A':>12} {'B':>12} {'B/A':>7}")
+    for f in FIGURES:
+        print(f"{f:<22} {med['a'][f]:>12.1f} {med['b'][f]:>12.1f} {med['b'][f] / med['a'][f]:>7.3f}")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"a": args.a, "b": args.b, "runs": runs, "medians": med}, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
