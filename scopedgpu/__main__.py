@@ -1,4 +1,4 @@
-"""`scopedgpu {info,demo,bench}`, also `python -m scopedgpu ...`.
+"""`scopedgpu {info,demo,settings,bench}`, also `python -m scopedgpu ...`.
 
 Without a Vulkan device (or without the loader) each command prints one line saying what
 is missing and exits with status 1; no traceback. `bench` runs the benchmark package
@@ -9,6 +9,7 @@ import argparse
 import importlib.util
 import os
 import sys
+import textwrap
 import time
 from pathlib import Path
 from types import ModuleType
@@ -121,6 +122,38 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+def cmd_settings(args: argparse.Namespace) -> int:
+    """Every SCOPEDGPU_* variable: its value now, and whether it came from the environment
+    or is the default (docs/settings.md says what each does). Exit status 1 when one is
+    set to a value scopedgpu refuses (each such error printed on stderr)."""
+    from scopedgpu import _settings
+    if args.markdown:
+        print(_settings.markdown_table(), end="")
+        return 0
+    rows = [("variable", "value", "from", "takes", "")]
+    errors = []
+    for s in _settings.SETTINGS.values():
+        raw = _settings.raw(s.name)
+        source = "default" if raw is None or not raw.strip() else "environment"
+        try:
+            value = _settings.show(s.read()) if source == "environment" or \
+                s.default is not None else s.shown
+        except ValueError as exc:
+            value = f"{raw!r} (INVALID)"
+            errors.append(str(exc))
+        rows.append((s.name, value, source, s.kind, s.meaning))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    for r in rows:
+        print("  ".join(c.replace("`", "").ljust(w) for c, w in zip(r, widths)).rstrip())
+        if r[4]:
+            print(textwrap.fill(r[4].replace("`", ""), 96, initial_indent="    ",
+                                subsequent_indent="    "))
+    print("More on each: docs/settings.md (`--markdown` prints its table).")
+    for e in errors:
+        print(f"{args.prog} settings: {e}", file=sys.stderr)
+    return 1 if errors else 0
+
+
 BENCH_HELP = "measure the performance figures next to a plain-C Vulkan yardstick"
 BENCH_MISSING = """\
 {prog} bench: the benchmark suite ships with scopedgpu's source (a git checkout or the
@@ -190,12 +223,18 @@ def main(argv: list[str] | None = None, prog: str = "python -m scopedgpu") -> in
     p.add_argument("--device", default=None, help="index or name substring")
     p.add_argument("--batch", type=int, default=256)
     p.set_defaults(func=cmd_demo)
+    p = sub.add_parser("settings", help="show every SCOPEDGPU_* environment variable: its "
+                                        "value and whether it came from the environment")
+    p.add_argument("--markdown", action="store_true",
+                   help="print the table of docs/settings.md instead")
+    p.set_defaults(func=cmd_settings, prog=prog)
     # `bench` is handled above; this entry is for the command list of --help.
     sub.add_parser("bench", help=BENCH_HELP + " (from a source checkout)", add_help=False)
     args = parser.parse_args(argv)
-    if getattr(args, "device", None) is not None and str(args.device).isdigit():
-        args.device = int(args.device)
     from scopedgpu._errors import NoDeviceError
+    from scopedgpu._settings import device_spec
+    if getattr(args, "device", None) is not None:
+        args.device = device_spec(args.device)
     try:
         return int(args.func(args))
     except NoDeviceError as exc:

@@ -1,7 +1,6 @@
 """Vulkan loader, device enumeration and the default device choice."""
 from __future__ import annotations
 
-import os
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -10,6 +9,7 @@ import numpy as np
 
 from scopedgpu import _vk
 from scopedgpu._errors import NoDeviceError
+from scopedgpu._settings import get as setting
 
 __all__ = ["DeviceInfo", "devices", "choose_device", "load_vulkan", "loader_names",
            "dtype_feature", "check_dtype"]
@@ -122,7 +122,7 @@ def load_vulkan() -> None:
     with _loader_lock:
         if _loader_ok:
             return
-        path = os.environ.get("SCOPEDGPU_VULKAN_LIBRARY")
+        path = setting("SCOPEDGPU_VULKAN_LIBRARY")
         names = [path] if path else loader_names()
         first = ""
         for name in names:
@@ -205,13 +205,14 @@ def devices() -> list[DeviceInfo]:
 
 
 def choose_device(infos: list[DeviceInfo], device: int | str | None) -> DeviceInfo:
-    """Picks by index, by case-insensitive name substring, or the best by type."""
+    """Picks by index, by case-insensitive name substring, or (None) as SCOPEDGPU_DEVICE
+    says, else the best by type."""
     if not infos:
         raise NoDeviceError("Vulkan found no device. " + INSTALL_HINT)
+    where = ""
     if device is None:
-        env = os.environ.get("SCOPEDGPU_DEVICE", "").strip()
-        if env:
-            device = int(env) if env.lstrip("-").isdigit() else env
+        device = setting("SCOPEDGPU_DEVICE")
+        where = " (SCOPEDGPU_DEVICE)"
     if device is None:
         return min(infos, key=lambda d: (_RANK.get(d.type, 9), d.index))
     names = ", ".join(f"{d.index}: {d.name}" for d in infos)
@@ -220,8 +221,9 @@ def choose_device(infos: list[DeviceInfo], device: int | str | None) -> DeviceIn
     if isinstance(device, int):
         if 0 <= device < len(infos):
             return infos[device]
-        raise NoDeviceError(f"no Vulkan device with index {device}; devices: {names}")
+        raise NoDeviceError(f"no Vulkan device with index {device}{where}; devices: {names}")
     matches = [d for d in infos if device.lower() in d.name.lower()]
     if not matches:
-        raise NoDeviceError(f"no Vulkan device whose name contains {device!r}; devices: {names}")
+        raise NoDeviceError(f"no Vulkan device whose name contains {device!r}{where}; "
+                            f"devices: {names}")
     return matches[0]

@@ -142,7 +142,10 @@ def check_validator() -> Check:
     """The Khronos SPIR-V validator (SPIRV-Tools), which checks every shader before the
     driver sees it; without it only scopedgpu's structural checks run."""
     from scopedgpu._spirv_val import how_to_get, validator
-    v = validator()
+    try:
+        v = validator()
+    except ValueError as exc:     # a setting it reads is invalid
+        return Check("SPIR-V validator", False, str(exc), "", required=False)
     if v.ok:
         return Check("SPIR-V validator", True, f"SPIRV-Tools {v.version} ({v.found})",
                      required=False)

@@ -27,6 +27,7 @@ from scopedgpu._base import ChildSet, Handle
 from scopedgpu._device import DeviceInfo
 from scopedgpu._errors import DestroyedError, ForkedError, ValidationError
 from scopedgpu._pool import Pool
+from scopedgpu._settings import default as setting_default, get as setting
 from scopedgpu._validation import Validation
 
 __all__ = ["Engine", "Roots", "drain", "shutdown", "abandoned_managers", "fence_wait",
@@ -36,7 +37,7 @@ log = logging.getLogger("scopedgpu")
 
 # Seconds close(), Sequence.destroy(), the collector and interpreter exit wait for GPU
 # work before they give up on it (Manager(wait_timeout=...), SCOPEDGPU_WAIT_TIMEOUT).
-DEFAULT_WAIT_TIMEOUT = 10.0
+DEFAULT_WAIT_TIMEOUT = float(setting_default("SCOPEDGPU_WAIT_TIMEOUT"))
 # Spin this long on the fence before blocking: a short dispatch completes within it.
 SPIN_NS = 200_000
 # Waits without a limit block in slices this long: between two, a Ctrl-C raises
@@ -53,22 +54,13 @@ ABANDONED: list[Engine] = []
 
 def wait_timeout_from(value: float | None) -> float:
     """The wait timeout: the argument, else SCOPEDGPU_WAIT_TIMEOUT, else the default."""
-    where = "wait_timeout"
     if value is None:
-        env = os.environ.get("SCOPEDGPU_WAIT_TIMEOUT", "").strip()
-        if not env:
-            return DEFAULT_WAIT_TIMEOUT
-        where = f"SCOPEDGPU_WAIT_TIMEOUT={env!r}"
-        try:
-            value = float(env)
-        except ValueError:
-            raise ValueError(f"{where}: expected a number of seconds (e.g. 10 or 0.5)") \
-                from None
+        return float(setting("SCOPEDGPU_WAIT_TIMEOUT"))
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"wait_timeout must be a number of seconds, not {value!r}")
     value = float(value)
     if not value >= 0 or value == float("inf"):
-        raise ValueError(f"{where}: the wait timeout must be a finite number of seconds "
+        raise ValueError(f"wait_timeout: the wait timeout must be a finite number of seconds "
                          f">= 0, not {value!r}")
     return value
 

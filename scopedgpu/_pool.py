@@ -40,12 +40,11 @@ from __future__ import annotations
 
 import bisect
 import itertools
-import os
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from scopedgpu import _vk
+from scopedgpu import _settings, _vk
 from scopedgpu._errors import DeviceError, OutOfMemoryError
 
 if TYPE_CHECKING:
@@ -346,7 +345,7 @@ class Pool:
         self.imported = 0
         # Host blocks from imported numpy memory where the device can import (see
         # _import_block); SCOPEDGPU_HOST_BLOCKS=driver keeps driver-allocated ones.
-        self.host_blocks_imported = os.environ.get("SCOPEDGPU_HOST_BLOCKS", "") != "driver"
+        self.host_blocks_imported = _settings.get("SCOPEDGPU_HOST_BLOCKS") == "import"
 
     def _heap_of(self, mem_type: int) -> tuple[int, int]:
         """(heap index, heap size) of a memory type."""

@@ -34,6 +34,7 @@ from typing import Any
 
 from scopedgpu._errors import ShaderError
 from scopedgpu._lazy import first_use
+from scopedgpu._settings import get as setting, raw as raw_setting
 from scopedgpu._spirv import MAGIC, words_of
 
 __all__ = ["check_module", "check_structure", "validator", "Validator", "missing_wheel",
@@ -89,7 +90,7 @@ _validator: Validator | None = None
 
 def _candidates() -> list[str]:
     out = []
-    env = os.environ.get("SCOPEDGPU_SPIRV_TOOLS_LIBRARY")
+    env = setting("SCOPEDGPU_SPIRV_TOOLS_LIBRARY")
     if env:
         return [env]
     for entry in sys.path:
@@ -120,8 +121,8 @@ def validator() -> Validator:
 
 
 def _load() -> Validator:
-    flag = os.environ.get("SCOPEDGPU_SPIRV_VALIDATOR", "").strip().lower()
-    if flag in ("0", "off", "false", "no"):
+    if not setting("SCOPEDGPU_SPIRV_VALIDATOR"):
+        flag = (raw_setting("SCOPEDGPU_SPIRV_VALIDATOR") or "").strip()
         return Validator(None, None, f"turned off by SCOPEDGPU_SPIRV_VALIDATOR={flag}")
     try:
         from cffi import FFI  # type: ignore[import-untyped]
@@ -141,7 +142,7 @@ def _load() -> Validator:
         where = path if os.sep in path else f"{path} (system)"
         return Validator(lib, ffi, where, version)
     why = "SPIRV-Tools (libSPIRV-Tools-shared) not found"
-    if os.environ.get("SCOPEDGPU_SPIRV_TOOLS_LIBRARY"):
+    if setting("SCOPEDGPU_SPIRV_TOOLS_LIBRARY"):
         why += f": {errors[0]}"
     return Validator(None, None, why)
 
@@ -181,10 +182,9 @@ def missing_wheel(platform: str | None = None, machine: str | None = None,
 def how_to_get() -> str:
     """What to do where validator() found nothing: why a plain install did not bring it
     here, and where else it is found."""
-    flag = os.environ.get("SCOPEDGPU_SPIRV_VALIDATOR", "").strip().lower()
-    if flag in ("0", "off", "false", "no"):
+    if not setting("SCOPEDGPU_SPIRV_VALIDATOR"):
         return "unset SCOPEDGPU_SPIRV_VALIDATOR to turn it back on"
-    if os.environ.get("SCOPEDGPU_SPIRV_TOOLS_LIBRARY"):
+    if setting("SCOPEDGPU_SPIRV_TOOLS_LIBRARY"):
         return ("point SCOPEDGPU_SPIRV_TOOLS_LIBRARY at a libSPIRV-Tools-shared that loads, "
                 "or unset it")
     elsewhere = ("a libSPIRV-Tools-shared from your system (Fedora's and Arch's spirv-tools "

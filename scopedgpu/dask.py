@@ -30,7 +30,6 @@ without it) use one process-wide Manager, opened on first use and closed at exit
 """
 from __future__ import annotations
 
-import os
 import threading
 import zlib
 from typing import Any, Callable, Sequence as Seq
@@ -39,6 +38,7 @@ import numpy as np
 
 import scopedgpu as sg
 from scopedgpu._device import _RANK
+from scopedgpu._settings import get as setting
 
 try:
     import dask.array as da
@@ -87,7 +87,7 @@ class ManagerPlugin(WorkerPlugin):
 
     def setup(self, worker: Any) -> None:
         device: int | str | None = self.device
-        if device is None and not os.environ.get("SCOPEDGPU_DEVICE", "").strip():
+        if device is None and setting("SCOPEDGPU_DEVICE") is None:
             device = pick_device(_worker_index(worker.name, worker.address))
         self.manager = sg.Manager(device, memory_limit=self.memory_limit, debug=self.debug)
 

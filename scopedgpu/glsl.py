@@ -18,13 +18,14 @@ from typing import Mapping
 
 from scopedgpu._errors import ShaderError
 from scopedgpu._lazy import first_use
+from scopedgpu._settings import get as setting
 
 __all__ = ["compile_glsl", "cache_dir"]
 
 
 def cache_dir() -> Path:
     """SCOPEDGPU_CACHE_DIR, else $XDG_CACHE_HOME/scopedgpu, else ~/.cache/scopedgpu."""
-    env = os.environ.get("SCOPEDGPU_CACHE_DIR")
+    env = setting("SCOPEDGPU_CACHE_DIR")
     if env:
         return Path(env)
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")

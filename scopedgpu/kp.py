@@ -18,7 +18,6 @@ import logging
 import math
 import numbers
 import operator
-import os
 from typing import Any, Iterable
 
 import numpy as np
@@ -26,6 +25,7 @@ import numpy as np
 import scopedgpu as _sg
 from scopedgpu._base import NoCopy
 from scopedgpu._errors import DestroyedError
+from scopedgpu._settings import get as setting
 from scopedgpu._shaders import builtin_spirv
 
 __all__ = ["TensorTypes", "TensorDataTypes", "OpBase", "OpTensorSyncDevice",
@@ -550,11 +550,9 @@ class Manager(NoCopy):
             if not isinstance(e, str):
                 raise TypeError(f"desired_extensions must be a list of extension names "
                                 f"(strings), not {_desc(exts)}: {e!r}")
-        chosen: int | str = device
-        if device == 0 and os.environ.get("SCOPEDGPU_DEVICE"):
-            env = os.environ["SCOPEDGPU_DEVICE"]
-            chosen = int(env) if env.isdigit() else env
-        self._m = _sg.Manager(chosen)
+        # Device 0, kp's default, gives way to SCOPEDGPU_DEVICE (which Manager(None) reads).
+        env_device = device == 0 and setting("SCOPEDGPU_DEVICE") is not None
+        self._m = _sg.Manager(None if env_device else device)
         self._queues = max(1, len(queues))
         if self._queues > self._m.queue_count:
             self._m.close()

@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import math
 import numbers
-import os
 import weakref
 from typing import Any, Sequence as Seq, TypeVar
 
@@ -23,6 +22,7 @@ from scopedgpu._engine import (DEFAULT_WAIT_TIMEOUT, STATES, Engine, Roots,  # n
                                abandoned_managers, drain, fork_hint, shutdown,
                                wait_timeout_from)
 from scopedgpu._pool import IMPORT_MIN, Pool, aligned_empty
+from scopedgpu._settings import get as setting, positive_bytes
 from scopedgpu._spirv import ShaderInfo
 from scopedgpu._synccheck import SyncCheck
 from scopedgpu.algorithm import Algorithm
@@ -40,29 +40,6 @@ M = TypeVar("M", bound="Manager")
 
 def shim_live_counts(dev: Any = None) -> dict[str, int]:
     return _vk.live_counts(dev)
-
-
-def _env_flag(name: str) -> bool | None:
-    v = os.environ.get(name)
-    if v is None or v.strip() == "":
-        return None
-    return v.strip().lower() not in ("0", "false", "no", "off")
-
-
-def _bytes_limit(value: Any, source: str) -> int:
-    """A positive whole number of bytes from an int, a float such as 1e9, or a string of
-    either; ValueError (TypeError for a wrong type) naming `source` and the value."""
-    if isinstance(value, bool) or not isinstance(value, (numbers.Real, str)):
-        raise TypeError(f"{source} must be a positive number of bytes, not "
-                        f"{type(value).__name__} {value!r}")
-    try:
-        f = float(value)
-    except ValueError:
-        f = math.nan
-    if not math.isfinite(f) or f < 1 or f != math.floor(f):
-        raise ValueError(f"{source} must be a positive whole number of bytes (e.g. "
-                         f"1073741824 or 1e9), not {value!r}")
-    return int(value) if isinstance(value, int) else int(f)
 
 
 def _from_python(data: Any, dtype: Any) -> tuple[Any, Any]:
@@ -91,26 +68,6 @@ def _from_python(data: Any, dtype: Any) -> tuple[Any, Any]:
         raise TypeError(f"mgr.tensor(): data must be numbers, not {type(data).__name__} "
                         f"{data!r:.80} (numpy reads it as dtype kind {kind!r})")
     return data, np.float32 if dtype is None else dtype
-
-
-# Compute queues a Manager opens at most (SCOPEDGPU_QUEUES). Each costs at open and close:
-# on the H200 (NVIDIA 580) a device with 8 queues opens in 250 ms and closes in 95, with
-# one in 85 and 30, and the driver makes device creation wait across processes.
-DEFAULT_QUEUES = 8
-
-
-def _queues_from_env() -> int:
-    env = os.environ.get("SCOPEDGPU_QUEUES", "").strip()
-    if not env:
-        return DEFAULT_QUEUES
-    try:
-        n = int(env)
-    except ValueError:
-        n = 0
-    if not 1 <= n <= 64:
-        raise ValueError(f"SCOPEDGPU_QUEUES={env!r}: the number of compute queues a Manager "
-                         f"opens must be a whole number from 1 to 64 (default {DEFAULT_QUEUES})")
-    return n
 
 
 class Manager(NoCopy):
@@ -142,15 +99,14 @@ class Manager(NoCopy):
     def __init__(self, device: int | str | None = None, *, debug: bool | None = None,
                  memory_limit: int | None = None, wait_timeout: float | None = None):
         timeout = wait_timeout_from(wait_timeout)
-        max_queues = _queues_from_env()
+        max_queues = setting("SCOPEDGPU_QUEUES")
         _device.load_vulkan()
         if debug is None:
-            debug = bool(_env_flag("SCOPEDGPU_DEBUG"))
-        if memory_limit is None and os.environ.get("SCOPEDGPU_MEMORY_LIMIT", "").strip():
-            memory_limit = _bytes_limit(os.environ["SCOPEDGPU_MEMORY_LIMIT"],
-                                        "the environment variable SCOPEDGPU_MEMORY_LIMIT")
-        elif memory_limit is not None:
-            memory_limit = _bytes_limit(memory_limit, "memory_limit")
+            debug = setting("SCOPEDGPU_DEBUG")
+        if memory_limit is None:
+            memory_limit = setting("SCOPEDGPU_MEMORY_LIMIT")
+        else:
+            memory_limit = positive_bytes(memory_limit, "memory_limit")
         state = Engine()
         state.wait_timeout = timeout
         STATES.add(state)

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from scopedgpu import testing
+from scopedgpu._settings import device_spec
 
 try:
     from hypothesis import HealthCheck, settings
@@ -45,7 +46,7 @@ def pytest_addoption(parser: Any) -> None:
 def pytest_configure(config: Any) -> None:
     device = config.getoption("sg_device", None)
     if device is not None:
-        testing.set_default_device(int(device) if device.isdigit() else device)
+        testing.set_default_device(device_spec(device))
     # hypothesis' own plugin loads --hypothesis-profile; HYPOTHESIS_PROFILE is honoured
     # here when it names a profile that exists (sg-quick, sg-long, or one of yours).
     name = os.environ.get("HYPOTHESIS_PROFILE")

@@ -46,6 +46,7 @@ import numpy as np
 
 from scopedgpu import _ki, _vk
 from scopedgpu._errors import DestroyedError, ShaderError
+from scopedgpu._settings import get as setting
 from scopedgpu._spirv import ShaderInfo
 from scopedgpu._transfer import contiguous_arrays
 from scopedgpu.algorithm import (check_array_element_types, encode_push_consts,
@@ -209,15 +210,12 @@ class Streamer:
         # is not released while a stream in engine.streams lists it here.
         self.pins: list[Any] = [None] * len(arrays)
         self.trace: list[tuple[int, str, float]] | None = (
-            [] if os.environ.get("SCOPEDGPU_STREAM_TRACE") else None)
+            [] if setting("SCOPEDGPU_STREAM_TRACE") else None)
         # How chunks reach the device: "stage" (copied into pinned staging by the workers,
         # the default: on the H200 host 38 GB/s against 29 with "auto" and 13 with
         # "import", whose driver imports one range at a time), "import" (imported, no
         # copy) or "auto" (imported when no other worker is importing, else staged).
-        self.host_mode = os.environ.get("SCOPEDGPU_STREAM_HOST", "") or "stage"
-        if self.host_mode not in ("stage", "import", "auto"):
-            raise ValueError(f"SCOPEDGPU_STREAM_HOST={self.host_mode!r}: use stage, import "
-                             "or auto")
+        self.host_mode: str = setting("SCOPEDGPU_STREAM_HOST")
 
     # -- host memory: import (pin) or stage ---------------------------------------------------
     def _prepare(self, slot: _Slot, i: int) -> None:

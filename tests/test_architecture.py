@@ -1,7 +1,8 @@
 """The package's structure (docs/architecture.md): the modules of scopedgpu/ import each
 other without a cycle (module-level, TYPE_CHECKING and function-level imports all count),
-only scopedgpu/_vk.py touches the C extension (through _ffi.py, the raw loader), and no
-module reads or writes a private attribute (`x._name`) that only another module defines.
+only scopedgpu/_vk.py touches the C extension (through _ffi.py, the raw loader), only
+scopedgpu/_settings.py reads a SCOPEDGPU_ environment variable, and no module reads or
+writes a private attribute (`x._name`) that only another module defines.
 Each checker takes a directory, so the tests below also feed it planted violations."""
 from __future__ import annotations
 
@@ -135,6 +136,68 @@ def private_reach(pkg: Path) -> list[str]:
     return found
 
 
+def _is_environ(node: ast.AST) -> bool:
+    """os.environ, or a bare environ (from os import environ)."""
+    return (isinstance(node, ast.Attribute) and node.attr == "environ") or \
+        (isinstance(node, ast.Name) and node.id == "environ")
+
+
+def _sg_name(node: ast.AST | None) -> bool:
+    return isinstance(node, ast.Constant) and isinstance(node.value, str) and \
+        node.value.startswith("SCOPEDGPU_")
+
+
+def settings_door_violations(pkg: Path) -> list[str]:
+    """Reads of a SCOPEDGPU_ variable outside _settings.py: os.environ.get / [] / pop /
+    setdefault / `in` and os.getenv with a SCOPEDGPU_ name written out (a name held in a
+    variable is not caught: manager.py's old _env_flag(name) read SCOPEDGPU_DEBUG so)."""
+    found = []
+    for mod, tree in _modules(pkg).items():
+        if mod == "_settings":
+            continue
+        for node in ast.walk(tree):
+            name = None
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
+                    (_is_environ(node.func.value) and node.func.attr in
+                     ("get", "pop", "setdefault")) or node.func.attr == "getenv"):
+                name = node.args[0] if node.args else None
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+                    node.func.id == "getenv":
+                name = node.args[0] if node.args else None
+            elif isinstance(node, ast.Subscript) and _is_environ(node.value):
+                name = node.slice
+            elif isinstance(node, ast.Compare) and any(_is_environ(c)
+                                                       for c in node.comparators):
+                name = node.left
+            if _sg_name(name):
+                found.append(f"{mod}.py:{node.lineno}: {name.value}")  # type: ignore[union-attr]
+    return sorted(found)
+
+
+def test_only_settings_reads_scopedgpu_variables():
+    assert settings_door_violations(PKG) == []
+    assert "_settings" in _modules(PKG)
+
+
+def test_a_planted_read_of_a_scopedgpu_variable_is_found(tmp_path):
+    pkg = _write(tmp_path / "scopedgpu", {
+        "__init__.py": "",
+        "_settings.py": "import os\nDEBUG = os.environ.get('SCOPEDGPU_DEBUG')\n",
+        "stream.py": "import os\n"
+                     "def f():\n"
+                     "    return os.environ.get('SCOPEDGPU_STREAM_TRACE')\n"
+                     "def g():\n"
+                     "    return os.environ['SCOPEDGPU_DEVICE'], 'SCOPEDGPU_X' in os.environ\n",
+        "kp.py": "from os import environ, getenv\n"
+                 "A = getenv('SCOPEDGPU_DEVICE')\n"
+                 "B = environ.get('HOME'), environ.get('SCOPEDGPU_QUEUES', '8')\n",
+    })
+    assert settings_door_violations(pkg) == [
+        "kp.py:2: SCOPEDGPU_DEVICE", "kp.py:3: SCOPEDGPU_QUEUES",
+        "stream.py:3: SCOPEDGPU_STREAM_TRACE", "stream.py:5: SCOPEDGPU_DEVICE",
+        "stream.py:5: SCOPEDGPU_X"]
+
+
 def test_no_module_reaches_into_another_modules_private_attributes():
     assert private_reach(PKG) == []
 
@@ -164,10 +227,9 @@ def test_only_vk_touches_the_c_extension():
 
 def test_the_layers_hold():
     """The order of docs/architecture.md: no module imports one of a higher layer."""
-    layers = ["_errors", "_lazy", "_ki", "_ffi", "_vk", "_base", "_pool", "_validation", "_engine",
-              "_caches", "_transfer", "pinned", "tensor", "algorithm", "_record", "ops", "_synccheck",
-              "sequence",
-              "stream", "manager"]
+    layers = ["_errors", "_lazy", "_ki", "_settings", "_ffi", "_vk", "_base", "_pool",
+              "_validation", "_engine", "_caches", "_transfer", "pinned", "tensor", "algorithm",
+              "_record", "ops", "_synccheck", "sequence", "stream", "manager"]
     rank = {m: i for i, m in enumerate(layers)}
     graph = import_graph(PKG)
     bad = [f"{m} -> {t}" for m in layers for t in graph[m] if t in rank and rank[t] > rank[m]]

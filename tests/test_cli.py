@@ -5,7 +5,7 @@ import os
 import subprocess
 import sys
 
-from scopedgpu import __main__ as sg_main
+from scopedgpu import __main__ as sg_main, _settings
 
 LVP = "/usr/share/vulkan/icd.d/lvp_icd.x86_64.json"
 
@@ -111,4 +111,27 @@ def test_console_command_names_itself():
     code = "import sys; from scopedgpu.__main__ import cli; sys.argv[1:] = ['--help']; sys.exit(cli())"
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
-    assert res.stdout.startswith("usage: scopedgpu [-h] {info,demo,bench}")
+    assert res.stdout.startswith("usage: scopedgpu [-h] {info,demo,settings,bench}")
+
+
+def test_settings_shows_each_variable_its_value_and_where_it_came_from():
+    blank = dict.fromkeys(_settings.SETTINGS, "")    # whatever the suite's environment holds
+    ok = run("settings", env=dict(blank, SCOPEDGPU_QUEUES=" 3", SCOPEDGPU_WAIT_TIMEOUT="0.5"))
+    assert ok.returncode == 0 and ok.stderr == "", ok.stderr
+    rows = {ln.split()[0]: ln.split()[1:3] for ln in ok.stdout.splitlines()
+            if ln.startswith("SCOPEDGPU_")}
+    assert rows["SCOPEDGPU_QUEUES"] == ["3", "environment"]
+    assert rows["SCOPEDGPU_WAIT_TIMEOUT"] == ["0.5", "environment"]
+    assert rows["SCOPEDGPU_DEBUG"] == ["off", "default"]      # blank is the default
+    assert rows["SCOPEDGPU_STREAM_HOST"] == ["stage", "default"]
+    assert len(rows) == 12 and "docs/settings.md" in ok.stdout
+    bad = run("settings", env=dict(blank, SCOPEDGPU_STREAM_TRACE="0n"))
+    assert bad.returncode == 1
+    trace = next(ln for ln in bad.stdout.splitlines() if ln.startswith("SCOPEDGPU_STREAM_TRACE"))
+    assert trace.split()[1:4] == ["'0n'", "(INVALID)", "environment"], trace
+    assert bad.stderr == ("python -m scopedgpu settings: SCOPEDGPU_STREAM_TRACE='0n': "
+                          "expected 1, true, yes, on (on) or 0, false, no, off (off), or "
+                          "empty for the default\n")
+    assert "settings" in run("--help").stdout
+    table = run("settings", "--markdown").stdout
+    assert table.startswith("| variable | takes | default |") and table.count("\n") == 14
