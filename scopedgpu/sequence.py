@@ -276,11 +276,6 @@ class Sequence(Child):
             self._drop_ops()
             self._sig = None if self._want_timestamps else ()
             self._dirty = True
-            owned = self._handle.owned  # type: ignore[attr-defined]
-            for algo in (ref() for ref in owned):
-                if algo is not None:
-                    algo.release_now()
-            owned.clear()
 
     def own(self, algo: Algorithm) -> None:
         """Takes ownership of an algorithm built for one of its ops (OpMult): destroyed
@@ -678,7 +673,14 @@ class Sequence(Child):
         self._drop_ops()
 
     def _drop_ops(self) -> None:
-        """Forgets the recorded ops and everything gathered from them at record time."""
+        """Forgets the recorded ops and everything gathered from them at record time, and
+        destroys the algorithms built for them (first: once the ops are gone, nothing but
+        the collector would find them; released after the work that uses them)."""
+        owned = self._handle.owned  # type: ignore[attr-defined]
+        for algo in (ref() for ref in owned):
+            if algo is not None:
+                algo.release_now()
+        owned.clear()
         self._ops.clear()
         self._objs.clear()
         self._pre_ops.clear()

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import scopedgpu as sg
+from scopedgpu import _vk
 from scopedgpu.testing import leak_checked_manager
 
 ADD_ONE = """#version 450
@@ -94,3 +95,44 @@ def test_a_chain_of_dispatches_then_every_tensor_downloaded(dmgr, glsl, k):
         np.testing.assert_array_equal(t.data(), [float(i)] * 3)   # t[i] = t[i-1] + 1
     for obj in algos + ts:
         obj.destroy()
+
+
+def test_device_writes_are_made_visible_to_the_host(mgr, glsl, monkeypatch):
+    """The host reads what a sequence wrote (a download into staging, a dispatch into a
+    'host' tensor) once its fence signalled. A fence makes no device write visible to the
+    host: the recording must end with a barrier from the stages that wrote to the host
+    stage (HOST_READ). lavapipe's memory is coherent and synchronization validation does
+    not follow host reads, so nothing else shows it missing: the recorded commands are
+    checked (this test runs with and without the validation layer)."""
+    calls: list[tuple[str, tuple]] = []
+
+    def spy(name, call):
+        def recorded(*args):
+            calls.append((name, args))
+            return call(*args)
+        return recorded
+
+    for name in ("seq_begin", "seq_copy", "seq_dispatch", "seq_barrier", "seq_end"):
+        monkeypatch.setattr(_vk, name, spy(name, getattr(_vk, name)))
+    a = mgr.tensor(np.array([1.0, 2.0, 3.0], np.float32))
+    h = mgr.tensor(np.zeros(3, np.float32), kind="host")
+    algo = mgr.algorithm([a, h], glsl(ADD_ONE))          # h = a + 1: compute writes h
+    with mgr.sequence() as s:
+        s.record(sg.OpTensorSyncDevice([a])).record(sg.OpAlgoDispatch(algo))
+        s.record(sg.OpTensorSyncLocal([a, h]))           # transfer writes a's staging
+        s.eval()
+    np.testing.assert_array_equal(a.data(), [1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(h.data(), [2.0, 3.0, 4.0])
+    for obj in (algo, a, h):
+        obj.destroy()
+    names = [n for n, _ in calls]
+    begin, end = names.index("seq_begin"), names.index("seq_end")
+    last_work = max(i for i in range(begin, end) if names[i] in ("seq_copy", "seq_dispatch"))
+    after = [args[1:] for n, args in calls[last_work + 1:end] if n == "seq_barrier"]
+    to_host = [(src, sa, dst, da) for src, sa, dst, da in after
+               if (src & _vk.STAGES_GPU) == _vk.STAGES_GPU
+               and (sa & _vk.ACCESS_ALL_WRITES) == _vk.ACCESS_ALL_WRITES
+               and dst & _vk.STAGE_HOST and da & _vk.ACCESS_HOST_READ]
+    assert to_host, (f"no barrier from the compute and transfer writes to the host's reads "
+                     f"after the last command; barriers after it (src stages, src access, "
+                     f"dst stages, dst access): {after}")
