@@ -287,8 +287,11 @@ class Streamer:
                            _vk.ACCESS_MEMORY_READ | _vk.ACCESS_MEMORY_WRITE)
         for src, so, dst, do, n in pairs:
             _vk.seq_copy(h, src, so, dst, do, n)
-        _vk.seq_barrier(h, _vk.STAGE_ALL, _vk.ACCESS_MEMORY_WRITE, _vk.STAGE_ALL,
-                           _vk.ACCESS_MEMORY_READ | _vk.ACCESS_MEMORY_WRITE)
+        # ...and the copies' writes visible to later commands and to the host's reads after
+        # the fence (ALL_COMMANDS does not include the host: a fence alone makes device
+        # writes available, not visible to the host).
+        _vk.seq_barrier(h, _vk.STAGE_ALL, _vk.ACCESS_MEMORY_WRITE, _vk.STAGE_ALL | _vk.STAGE_HOST,
+                           _vk.ACCESS_MEMORY_READ | _vk.ACCESS_MEMORY_WRITE | _vk.ACCESS_HOST_READ)
         _vk.check(_vk.seq_end(h), what)
 
     def _submit(self, slot: _Slot, step: str) -> None:
