@@ -558,3 +558,28 @@ def test_enum_strings_are_pybind11s():
     assert str(kp.host) == "TensorTypes.host" and kp.host == 1 and kp.host.name == "host"
     with pytest.raises(TypeError):
         format(kp.TensorTypes.device, ">20")   # as object.__format__ (pybind11)
+
+
+def test_binding_beyond_max_storage_buffer_range_is_refused_with_what_to_do(kmgr):
+    """kp binds a tensor larger than maxStorageBufferRange (128 MiB on lavapipe), which
+    Vulkan forbids; scopedgpu refuses at mgr.algorithm(), naming the limit, the size and
+    what to do (a RuntimeError through scopedgpu.kp). The test lowers the device's limit
+    to 64 bytes rather than allocating 128 MiB."""
+    small, big = kmgr.tensor(np.zeros(16)), kmgr.tensor(np.zeros(17))
+    info = kmgr._m.device
+    real = info.max_storage_buffer_range
+    object.__setattr__(info, "max_storage_buffer_range", 64)
+    try:
+        kmgr.algorithm([small], compile_source(ADD_ONE)).destroy()   # 64 bytes: bound
+        with pytest.raises(RuntimeError) as exc:
+            kmgr.algorithm([big], compile_source(ADD_ONE))
+        with pytest.raises(ValueError) as native:
+            kmgr._m.algorithm([big._t], compile_source(ADD_ONE))
+    finally:
+        object.__setattr__(info, "max_storage_buffer_range", real)
+    assert not isinstance(native.value, RuntimeError)
+    for message in (str(exc.value), str(native.value)):
+        assert "binding 0" in message and "68 bytes" in message
+        assert "maxStorageBufferRange (64 bytes)" in message
+        assert "smaller tensors" in message and "several bindings" in message
+        assert "a device with a larger maxStorageBufferRange" in message
