@@ -509,9 +509,14 @@ class Algorithm(Child):
         limit = dev.max_storage_buffer_range
         for i, t in enumerate(tensors):
             if t.nbytes > limit:
+                # VkWriteDescriptorSet: a storage buffer's range "must be less than or
+                # equal to VkPhysicalDeviceLimits::maxStorageBufferRange".
                 raise ValueError(
-                    f"{what}: {t!r} is {t.nbytes} bytes, more than this device's "
-                    f"maxStorageBufferRange ({limit} bytes) that one binding can span")
+                    f"{what}: binding {i}, {t!r}, is {t.nbytes} bytes, more than this "
+                    f"device's maxStorageBufferRange ({limit} bytes) that one binding can "
+                    f"span: use smaller tensors (at most {limit} bytes each), split the "
+                    "data over several bindings, or run on a device with a larger "
+                    "maxStorageBufferRange")
         if len(tensors) > dev.max_storage_buffers_per_stage:
             raise ValueError(f"{what}: this device binds at most "
                              f"{dev.max_storage_buffers_per_stage} storage buffers per shader")

@@ -9,16 +9,20 @@ tensor, bindings are passed bit for bit whatever the shader declares, a workgrou
 Lifetimes and errors are scopedgpu's: objects are freed when destroyed, when the manager
 is destroyed, or when they become unreachable (anonymous sequences included); use after
 destroy raises scopedgpu.DestroyedError where kp crashed; data() arrays stay valid after
-their tensor and manager are gone. docs/migrating-from-kompute.md lists every difference.
+their tensor and manager are gone. Every error raised here is also a RuntimeError, as in
+kp (TypeError for arguments of the wrong type aside). As kp: importing this module calls
+logging.basicConfig(), get_timestamps() gives raw ticks, str() of an enum member gives
+'TensorTypes.device'. docs/migrating-from-kompute.md lists every difference.
 """
 from __future__ import annotations
 
 import enum
+import functools
 import logging
 import math
 import numbers
 import operator
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, TypeVar
 
 import numpy as np
 
@@ -38,12 +42,96 @@ __version__ = "0.9.0"
 
 log = logging.getLogger("kp")
 
+# `import kp` calls logging.basicConfig() (in its module init), and kp programs that log
+# at DEBUG or INFO rely on the root handler it installs. The native API leaves logging
+# alone; only this module does what kp does.
+logging.basicConfig()
+
+
+# -- errors --------------------------------------------------------------------------
+# kp raised RuntimeError for nearly every failure (its std::runtime_error checks, and
+# vulkan-hpp's exceptions for failed Vulkan calls), and kp programs catch RuntimeError.
+# scopedgpu.kp raises scopedgpu's typed errors, each with RuntimeError added: a
+# scopedgpu.NoDeviceError from kp.Manager(7) is a kp-layer subclass of both. TypeError
+# (pybind11's, for arguments of the wrong type) stays a TypeError.
+_RUNTIME_VARIANTS: dict[type, type] = {}
+
+
+def _runtime_variant(cls: type) -> type:
+    """cls with RuntimeError added, made once per class, in this module."""
+    if issubclass(cls, RuntimeError):
+        return cls
+    sub = _RUNTIME_VARIANTS.get(cls)
+    if sub is None:
+        doc = (f"{cls.__module__}.{cls.__qualname__}, also a RuntimeError (as kp raised "
+               "it), raised by scopedgpu.kp")
+        sub = type(cls.__name__, (cls, RuntimeError), {"__module__": __name__,
+                                                       "__doc__": doc})
+        _RUNTIME_VARIANTS[cls] = sub
+    return sub
+
+
+def _as_runtime(exc: BaseException) -> BaseException:
+    """The error as an instance of its RuntimeError variant: the same object where its
+    class can be swapped (scopedgpu's, all heap types of one layout), otherwise (a
+    builtin ValueError) a new one with its args and attributes."""
+    cls = _runtime_variant(type(exc))
+    try:
+        exc.__class__ = cls
+        return exc
+    except TypeError:
+        new = cls(*exc.args)
+        new.__dict__.update(exc.__dict__)
+        return new
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+_C = TypeVar("_C", bound=type)
+
+
+def _kp_errors(fn: _F) -> _F:
+    """fn, raising the RuntimeError variant of any scopedgpu error or ValueError."""
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (_sg.ScopedGPUError, ValueError) as exc:
+            if isinstance(exc, RuntimeError):
+                raise
+            new = _as_runtime(exc)
+            if new is exc:
+                raise
+            raise new.with_traceback(exc.__traceback__) from exc.__cause__
+    return call  # type: ignore[return-value]
+
+
+def _kp_api(cls: _C) -> _C:
+    """Class decorator: every public method of cls, and __init__, raises as kp did."""
+    for name, value in list(vars(cls).items()):
+        if callable(value) and not isinstance(value, type) and (
+                not name.startswith("_") or name in ("__init__", "__len__")):
+            setattr(cls, name, _kp_errors(value))
+    return cls
+
 
 class UnsupportedDtypeError(TypeError, RuntimeError):
     """A dtype kp does not support (kp raised RuntimeError; this is also a TypeError)."""
 
 
-class TensorTypes(enum.IntEnum):
+class _PybindEnum(enum.IntEnum):
+    """kp's enums are pybind11 enums: str() and format() give 'TensorTypes.device' (an
+    IntEnum gives '0' since Python 3.11); repr, name, value and == are an IntEnum's."""
+
+    def __str__(self) -> str:
+        return f"{type(self).__name__}.{self.name}"
+
+    def __format__(self, spec: str) -> str:
+        # pybind11 defines no __format__: object's, which is str() (and TypeError for a
+        # non-empty format spec).
+        return object.__format__(self, spec)
+
+
+class TensorTypes(_PybindEnum):
     """Where a tensor's memory lives (kp.TensorTypes)."""
     device = 0    # device-local memory, with a host copy synced by the sync ops
     host = 1      # host-visible memory the device reads directly
@@ -58,7 +146,7 @@ _KINDS = {TensorTypes.device: "device", TensorTypes.host: "host",
           TensorTypes.storage: "storage"}
 
 
-class TensorDataTypes(enum.IntEnum):
+class TensorDataTypes(_PybindEnum):
     """The element type of a tensor (kp::Tensor::TensorDataTypes; kp 0.9 does not bind
     it, so its data_type() raised TypeError)."""
     bool = 0
@@ -110,6 +198,7 @@ def _items(values: Any, what: str, allowed: str) -> list[Any]:
 
 
 # -- tensors -------------------------------------------------------------------------
+@_kp_api
 class Tensor(NoCopy):
     """A kp tensor: one scopedgpu tensor, flat, with kp's methods."""
     _what = "kp tensor"   # NoCopy: a copy would share the handle
@@ -177,6 +266,12 @@ def _natives(tensors: Any, what: str) -> list[_sg.Tensor]:
     return out
 
 
+def _at_least(natives: list[_sg.Tensor], n: int, what: str) -> None:
+    """kp's operations refuse fewer tensors than they need at construction."""
+    if len(natives) < n:
+        raise ValueError(f"{what} needs at least {n} tensor(s), got {len(natives)}")
+
+
 # -- algorithms ------------------------------------------------------------------------
 def _consts(values: Any, what: str) -> Any:
     """kp's constant overloads: a sequence of numbers (float32 values), or a numpy array
@@ -218,6 +313,7 @@ def _float32(values: list[Any], what: str) -> np.ndarray:
     return out
 
 
+@_kp_api
 class Algorithm(NoCopy):
     """A compute shader bound to tensors (kp.Algorithm)."""
     _what = "kp algorithm"   # NoCopy: a copy would share the handle
@@ -250,6 +346,19 @@ class Algorithm(NoCopy):
         if wg[0] <= 0:
             # kp: no x count dispatches tensors[0].size() groups (1 without tensors).
             wg = (natives[0].size if natives else 1, 1, 1)
+            maxc = self._manager._m.device.max_workgroup_count[0]
+            if wg[0] > maxc:
+                # kp dispatches them anyway, beyond what the device promises (lavapipe
+                # happens to run it); vkCmdDispatchBase cannot help: base + count is
+                # bounded by the same limit.
+                raise ValueError(
+                    f"algorithm: no workgroup was given, and kp's default is one group per "
+                    f"element of tensors[0]: {wg[0]} groups, more than this device's "
+                    f"maxComputeWorkGroupCount[0] ({maxc}). Pass a workgroup: with "
+                    f"local_size_x = 64 in the shader and a bounds check, "
+                    f"({-(-wg[0] // 64)}, 1, 1); or a 2D grid such as ({maxc}, "
+                    f"{-(-wg[0] // maxc)}, 1) with the index computed from "
+                    "gl_GlobalInvocationID.x and .y")
         else:
             wg = (wg[0], wg[1] if wg[1] > 0 else 1, wg[2] if wg[2] > 0 else 1)
         if not isinstance(spirv, (bytes, bytearray, memoryview)):
@@ -318,32 +427,49 @@ class OpBase:
         raise NotImplementedError
 
 
+@_kp_api
 class OpTensorSyncDevice(OpBase):
     """Copies each tensor's host data to its device memory."""
 
     def __init__(self, tensors: list[Tensor]):
         self._natives = _natives(tensors, "OpTensorSyncDevice")
+        _at_least(self._natives, 1, "OpTensorSyncDevice")
 
     def _native(self) -> _sg.Op:
         return _sg.OpTensorSyncDevice(self._natives)
 
 
+@_kp_api
 class OpTensorSyncLocal(OpBase):
     """Copies each tensor's device memory to its host data."""
 
     def __init__(self, tensors: list[Tensor]):
         self._natives = _natives(tensors, "OpTensorSyncLocal")
+        _at_least(self._natives, 1, "OpTensorSyncLocal")
 
     def _native(self) -> _sg.Op:
         return _sg.OpTensorSyncLocal(self._natives)
 
 
+@_kp_api
 class OpTensorCopy(OpBase):
     """Copies the first tensor's device memory into each of the others, and, once the
     sequence completed, its host data into theirs (storage tensors have none), as kp."""
 
     def __init__(self, tensors: list[Tensor]):
         self._natives = _natives(tensors, "OpTensorCopy")
+        _at_least(self._natives, 2, "OpTensorCopy")
+        # kp refuses copies between tensors of other types or sizes at construction.
+        # (The natives' dtypes: a kp bool tensor is the only uint8 one.)
+        src = self._natives[0]
+        for t in self._natives[1:]:
+            if t.dtype != src.dtype:
+                raise ValueError(f"OpTensorCopy: {t!r} is {t.dtype}, the source {src!r} "
+                                 f"is {src.dtype}: copy between tensors of one type")
+            if t.size != src.size:
+                raise ValueError(f"OpTensorCopy: {t!r} has {t.size} elements, the source "
+                                 f"{src!r} has {src.size}: copy between tensors of one "
+                                 "size")
 
     def _native(self) -> _sg.Op:
         return _sg.OpTensorCopy(self._natives)
@@ -358,6 +484,7 @@ class OpTensorCopy(OpBase):
                 np.copyto(t.data().view(np.uint8).reshape(-1), raw)
 
 
+@_kp_api
 class OpAlgoDispatch(OpBase):
     """Dispatches an algorithm; push_consts (a list: float32 values; a numpy array of
     float32, int32, uint32 or float64) override the algorithm's for this dispatch."""
@@ -375,6 +502,7 @@ class OpAlgoDispatch(OpBase):
         return _sg.OpAlgoDispatch(algo._native(), algo._pushed(self._push))
 
 
+@_kp_api
 class OpMult(OpAlgoDispatch):
     """out = a * b elementwise: rebuilds `algorithm` with kp's multiplication shader over
     [a, b, out] (as kp does) and dispatches it."""
@@ -401,6 +529,7 @@ class SequenceRunningError(_sg.ScopedGPUError, RuntimeError):
     (kp raised RuntimeError; this is also a RuntimeError)."""
 
 
+@_kp_api
 class Sequence(NoCopy):
     """Recorded operations (kp.Sequence), over a scopedgpu sequence. Freed by destroy(),
     by Manager.destroy(), or when it becomes unreachable (after its GPU work)."""
@@ -509,9 +638,12 @@ class Sequence(NoCopy):
             self.record(op)
 
     def get_timestamps(self) -> list[int]:
-        """GPU timestamps of the last evaluation, in nanoseconds: one at the start and one
-        after each operation. Needs sequence(total_timestamps=n) with n > 0."""
-        return self._s.timestamps()
+        """GPU timestamps of the last evaluation in raw ticks of the device's counter, as
+        kp returns them (times the device's timestampPeriod: nanoseconds; the native
+        Sequence.timestamps() gives nanoseconds), one at the start and one after each
+        operation. Needs sequence(total_timestamps=n) with n > 0."""
+        period = self._manager._m.device.timestamp_period
+        return [_ticks(ns, period) for ns in self._s.timestamps()]
 
     def destroy(self) -> None:
         """Waits for its GPU work, then frees it. Idempotent."""
@@ -523,6 +655,20 @@ class Sequence(NoCopy):
         return f"<kp.Sequence {self._s!r}>"
 
 
+def _ticks(ns: int, period: float) -> int:
+    """The counter value t that the native API turned into int(t * period) nanoseconds:
+    exact for a period of at least 1 ns (t -> int(t * period) is then one to one); for a
+    shorter period, the last of the ticks that give those nanoseconds."""
+    if period == 1.0:
+        return ns
+    t = max(0, int(ns / period))
+    while t > 0 and int(t * period) > ns:
+        t -= 1
+    while int((t + 1) * period) <= ns:
+        t += 1
+    return t
+
+
 # -- the manager -----------------------------------------------------------------------
 def _properties(info: _sg.DeviceInfo) -> dict[str, Any]:
     return {"device_name": info.name,
@@ -532,6 +678,7 @@ def _properties(info: _sg.DeviceInfo) -> dict[str, Any]:
             "timestamps_supported": bool(info.timestamps)}
 
 
+@_kp_api
 class Manager(NoCopy):
     """One Vulkan device (kp.Manager). `device` is an index as in kp (default 0;
     SCOPEDGPU_DEVICE overrides the default). `family_queue_indices`: one queue per entry

@@ -411,3 +411,193 @@ def test_dispatch_push_constants_are_checked(kmgr, push, exc, match):
     algo = kmgr.algorithm([t], compile_source(ADD_ONE))
     with pytest.raises(exc, match=match):
         kp.OpAlgoDispatch(algo, push_consts=push)
+
+
+# -- kp's exceptions, logging, timestamps and enum strings (issue 22) -------------------
+PUSH_TWO = """
+#version 450
+layout(local_size_x = 1) in;
+layout(set = 0, binding = 0) buffer A { float a[]; };
+layout(push_constant) uniform P { float x; float y; };
+void main() { a[gl_GlobalInvocationID.x] = x + y; }
+"""
+
+
+def _runtime_error_cases(m):
+    """(what, call) pairs where kp 0.9 raised RuntimeError (its std::runtime_error
+    checks in src/*.cpp and python/src/main.cpp, or vulkan-hpp's errors)."""
+    a, b = m.tensor([1, 2]), m.tensor([1, 2, 3])
+    i = m.tensor_t(np.array([1, 2], dtype=np.int32))
+    push = m.algorithm([a], compile_source(PUSH_TWO), push_consts=[1.0, 2.0])
+    return [
+        ("queue index", lambda: m.sequence(queue_index=3)),
+        ("zero-sized tensor", lambda: m.tensor([])),
+        ("OpTensorCopy of 1", lambda: kp.OpTensorCopy([a])),
+        ("OpTensorCopy types", lambda: kp.OpTensorCopy([a, i])),
+        ("OpTensorCopy sizes", lambda: kp.OpTensorCopy([a, b])),
+        ("OpTensorSyncDevice of 0", lambda: kp.OpTensorSyncDevice([])),
+        ("OpTensorSyncLocal of 0", lambda: kp.OpTensorSyncLocal([])),
+        ("OpMult of 2", lambda: kp.OpMult([a, a], push)),
+        ("push-constant size", lambda: m.sequence().eval(kp.OpAlgoDispatch(push, [1.0]))),
+        ("timestamps not enabled", lambda: m.sequence().get_timestamps()),
+        ("invalid SPIR-V", lambda: m.algorithm([a], b"\x03\x02\x23\x07" * 5)),
+        ("push-constant dtype", lambda: kp.OpAlgoDispatch(push, np.zeros(2, np.int8))),
+    ]
+
+
+def test_errors_kp_raised_as_runtime_error_are_runtime_errors(kmgr):
+    """kp programs catch RuntimeError; scopedgpu.kp's typed errors are also
+    RuntimeErrors (a kp-layer subclass of each, keeping its message and class)."""
+    for what, call in _runtime_error_cases(kmgr):
+        with pytest.raises(RuntimeError) as info:
+            call()
+        assert isinstance(info.value, (sg.ScopedGPUError, ValueError, TypeError)), what
+        assert str(info.value), what
+    assert kmgr.sequence().eval(kp.OpTensorSyncDevice([kmgr.tensor([1])])).is_init()
+
+
+def test_bad_device_index_is_a_runtime_error_and_native_classes_are_unchanged():
+    """kp.Manager(7): kp raised RuntimeError ("There is no such physical index or
+    device"); scopedgpu.kp raises scopedgpu.NoDeviceError, also a RuntimeError. The
+    native API's classes are not RuntimeErrors."""
+    before = live_vulkan_objects()
+    with pytest.raises(RuntimeError, match="no Vulkan device with index 7") as info:
+        kp.Manager(7)
+    assert isinstance(info.value, sg.NoDeviceError)
+    assert type(info.value).__module__ == "scopedgpu.kp"
+    with pytest.raises(sg.NoDeviceError) as native:
+        sg.Manager(7)
+    assert not isinstance(native.value, RuntimeError)
+    assert not issubclass(sg.NoDeviceError, RuntimeError)
+    assert not issubclass(sg.DeviceError, RuntimeError)
+    assert live_vulkan_objects() == before
+
+
+def test_runtime_variant_keeps_attributes_and_traceback():
+    """A DeviceError's result/call survive, a builtin ValueError's args too; the
+    traceback still reaches where the error was raised."""
+    from scopedgpu.kp import _as_runtime
+
+    def oom():
+        return sg.OutOfMemoryError("out", result="VK_ERROR_OUT_OF_DEVICE_MEMORY",
+                                   call="vkAllocateMemory", code=-2)
+    new = _as_runtime(oom())
+    assert isinstance(new, sg.OutOfMemoryError) and isinstance(new, MemoryError)
+    assert isinstance(new, RuntimeError) and str(new) == "out"
+    assert (new.result, new.call, new.code) == ("VK_ERROR_OUT_OF_DEVICE_MEMORY",
+                                                "vkAllocateMemory", -2)
+    assert type(_as_runtime(oom())) is type(new)   # one variant per class
+    assert _as_runtime(new) is new                 # already a RuntimeError
+    value = _as_runtime(ValueError("bad", 3))
+    assert type(value).__mro__[1:3] == (ValueError, RuntimeError)
+    assert value.args == ("bad", 3)
+    with pytest.raises(RuntimeError) as info:
+        kp.Manager(7)
+    assert any(entry.path.name == "manager.py" for entry in info.traceback)
+    with pytest.raises(RuntimeError) as info:
+        kp.OpTensorSyncDevice([])
+    assert info.traceback[-1].name == "_at_least" and info.value.__context__ is not None
+    assert info.value.__suppress_context__
+
+
+def test_import_configures_logging_as_kp_does():
+    """`import kp` runs logging.basicConfig(): a kp program's logging.debug() after
+    setLevel(DEBUG) reaches stderr. `import scopedgpu` alone configures nothing."""
+    import subprocess
+    import sys
+    from tests.conftest import source_env
+    prog = ("import logging, sys\n"
+            "import scopedgpu\n"
+            "print(len(logging.getLogger().handlers))\n"
+            "import scopedgpu.kp as kp\n"
+            "print(len(logging.getLogger().handlers))\n"
+            "logging.getLogger().setLevel(logging.DEBUG)\n"
+            "logging.debug('hello from a kp program')\n")
+    out = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True,
+                         env=source_env(), timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["0", "1"]
+    assert "DEBUG:root:hello from a kp program" in out.stderr
+
+
+def test_timestamps_are_raw_ticks(kmgr):
+    """kp returns the counter's raw ticks; the native API nanoseconds (ticks times
+    timestampPeriod). lavapipe's period is 1: the test gives the device a period of 4
+    (native nanoseconds are then 4 x ticks) and of 2.5."""
+    t = kmgr.tensor([0, 0, 0])
+    algo = kmgr.algorithm([t], compile_source(ADD_ONE))
+    seq = kmgr.sequence(total_timestamps=3)
+    seq.record(kp.OpTensorSyncDevice([t])).record(kp.OpAlgoDispatch(algo))
+    info = kmgr._m.device
+    real = info.timestamp_period
+    assert real == 1.0   # lavapipe: ticks are nanoseconds
+    for period in (4.0, 2.5, 52.08):
+        object.__setattr__(info, "timestamp_period", period)
+        try:
+            seq.eval()
+            ticks, ns = seq.get_timestamps(), seq._s.timestamps()
+        finally:
+            object.__setattr__(info, "timestamp_period", real)
+        assert len(ticks) == 3 and ticks == sorted(ticks)
+        assert [int(v * period) for v in ticks] == ns
+        assert ticks[0] < ns[0] / (period * 0.99)
+    seq.eval()
+    assert seq.get_timestamps() == seq._s.timestamps()
+
+
+def test_enum_strings_are_pybind11s():
+    """pybind11's enums print 'TensorTypes.device' (IntEnum on Python 3.11+: '0');
+    repr, name, value and == as before."""
+    for enum_cls in (kp.TensorTypes, kp.TensorDataTypes):
+        for member in enum_cls:
+            expected = f"{enum_cls.__name__}.{member.name}"
+            assert str(member) == f"{member}" == format(member) == expected
+            assert str(enum_cls(member.value)) == expected
+            assert repr(member) == f"<{expected}: {member.value}>"
+    assert str(kp.TensorTypes.device) == "TensorTypes.device"
+    assert str(kp.host) == "TensorTypes.host" and kp.host == 1 and kp.host.name == "host"
+    with pytest.raises(TypeError):
+        format(kp.TensorTypes.device, ">20")   # as object.__format__ (pybind11)
+
+
+def test_binding_beyond_max_storage_buffer_range_is_refused_with_what_to_do(kmgr):
+    """kp binds a tensor larger than maxStorageBufferRange (128 MiB on lavapipe), which
+    Vulkan forbids; scopedgpu refuses at mgr.algorithm(), naming the limit, the size and
+    what to do (a RuntimeError through scopedgpu.kp). The test lowers the device's limit
+    to 64 bytes rather than allocating 128 MiB."""
+    small, big = kmgr.tensor(np.zeros(16)), kmgr.tensor(np.zeros(17))
+    info = kmgr._m.device
+    real = info.max_storage_buffer_range
+    object.__setattr__(info, "max_storage_buffer_range", 64)
+    try:
+        kmgr.algorithm([small], compile_source(ADD_ONE)).destroy()   # 64 bytes: bound
+        with pytest.raises(RuntimeError) as exc:
+            kmgr.algorithm([big], compile_source(ADD_ONE))
+        with pytest.raises(ValueError) as native:
+            kmgr._m.algorithm([big._t], compile_source(ADD_ONE))
+    finally:
+        object.__setattr__(info, "max_storage_buffer_range", real)
+    assert not isinstance(native.value, RuntimeError)
+    for message in (str(exc.value), str(native.value)):
+        assert "binding 0" in message and "68 bytes" in message
+        assert "maxStorageBufferRange (64 bytes)" in message
+        assert "smaller tensors" in message and "several bindings" in message
+        assert "a device with a larger maxStorageBufferRange" in message
+
+
+def test_default_workgroup_beyond_the_device_limit_says_what_to_do(kmgr):
+    """kp's default (one group per element) beyond maxComputeWorkGroupCount[0]: kp
+    dispatches it anyway (outside what the device promises); scopedgpu.kp refuses with a
+    RuntimeError naming the count, the limit and the workgroups that would do."""
+    maxc = kmgr.get_device_properties()["max_work_group_count"][0]
+    n = maxc + 1
+    if 4 * n > min(64 << 20, kmgr._m.device.max_storage_buffer_range):
+        pytest.skip(f"maxComputeWorkGroupCount[0] = {maxc}: too large a tensor")
+    t = kmgr.tensor(np.zeros(n, np.float32))
+    with pytest.raises(RuntimeError, match=(
+            rf"no workgroup was given.* {n} groups, more than this device's "
+            rf"maxComputeWorkGroupCount\[0\] \({maxc}\)\. Pass a workgroup.*"
+            rf"\({-(-n // 64)}, 1, 1\).*\({maxc}, 2, 1\)")):
+        kmgr.algorithm([t], compile_source(ADD_ONE))
+    algo = kmgr.algorithm([t], compile_source(ADD_ONE), (maxc, 1, 1))   # at the limit
+    assert algo.is_init()
