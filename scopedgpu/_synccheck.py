@@ -31,8 +31,7 @@ from typing import Any, Callable
 import numpy as np
 
 from scopedgpu._errors import SyncWarning
-from scopedgpu.ops import (OpAlgoDispatch, OpTensorCopy, OpTensorSyncDevice,
-                           OpTensorSyncLocal)
+from scopedgpu.ops import OpAlgoDispatch, OpTensorSyncDevice, OpTensorSyncLocal
 
 __all__ = ["SyncCheck"]
 
@@ -108,12 +107,8 @@ class SyncCheck:
                         s = self._of(t)
                         s.written = True
                         s.warned = False
-            elif isinstance(op, OpTensorCopy):
-                for t in op.tensors[1:]:
-                    if t.kind != "storage":
-                        s = self._of(t)
-                        s.written = True
-                        s.warned = False
+            # (OpTensorCopy's destinations are not tracked: scopedgpu.kp's copy refreshes
+            # their host data too, as kp's does)
             elif isinstance(op, OpTensorSyncLocal):
                 for t in op.tensors:
                     self._of(t).written = False

@@ -123,6 +123,9 @@ class Manager(NoCopy):
         dout = _vk.out("device")
         try:
             rc = _vk.instance_create(1 if debug else 0, out)
+            if debug:
+                # The forgotten-sync checks need no layer: on without it too.
+                state.sync_check = SyncCheck()
             if rc == _vk.ERR_NO_LAYER:
                 log.warning("debug=True, but the Khronos validation layer is not installed "
                             "(Debian/Ubuntu: apt-get install vulkan-validationlayers); "
@@ -138,7 +141,6 @@ class Manager(NoCopy):
             state.debug = bool(debug)
             if state.debug:
                 _vk.debug_states.add(state)
-                state.sync_check = SyncCheck()
             info = _device.choose_device(_device.enumerate_devices(state.inst), device)
             try:
                 _vk.device_create(state.inst, info.index, min(info.queue_count, max_queues), dout,

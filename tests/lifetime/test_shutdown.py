@@ -16,9 +16,11 @@ from tests.conftest import source_env
 HERE = Path(__file__).resolve().parent
 
 PRELUDE = """
-import gc, sys, time
+import gc, sys, time, warnings
 import numpy as np
 import scopedgpu as sg
+# (the scripts skip sync ops on purpose: what they check is the exit, not the data)
+warnings.filterwarnings("ignore", category=sg.SyncWarning)
 sys.path.insert(0, {here!r})
 from lt_shaders import add_one_spirv, slow_spirv
 """
