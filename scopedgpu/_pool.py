@@ -690,6 +690,8 @@ class Pool:
         view that stays valid after the block, the tensor and the manager are gone."""
         align = self.import_align
         size = round_up(size, align)
+        if self.memory_limit is not None and self.reserved + size > self.memory_limit:
+            return None   # rounded up past the limit: driver memory of the size asked instead
         owner = aligned_empty((size,), np.dtype(np.uint8), align)
         address = owner.ctypes.data
         fits = [t for t in self.importable_types(address, others=False)
