@@ -35,12 +35,15 @@ Policy, after CuPy's and PyTorch's caching allocators:
   own (import_host), so the sync ops are one DMA, with no memcpy. Imports are host
   memory, outside reserved_bytes, the heap ceilings and memory_limit, and few (IMPORT_MIN
   and up); each goes with its tensor, and numpy frees the memory with the last view.
+- Every call into the device (a block created and mapped, host memory imported, a block
+  destroyed) goes through one allocator object (VkAllocator over _vk by default), so the
+  pool also runs with a fake one and no device (tests/test_pool_model.py).
 """
 from __future__ import annotations
 
 import bisect
 import itertools
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import numpy as np
 
@@ -91,15 +94,77 @@ def memory_type_candidates(info: DeviceInfo, kind: str) -> list[int]:
     return [i for _, i in sorted(ranked)]
 
 
+def round_up(n: int, align: int) -> int:
+    """n rounded up to a multiple of align (n >= 0, align > 0). The pool's one rounding:
+    Pool.alloc and Pool.alloc_pair inline it (the churn fast path gains no call), and
+    tests/test_pool_model.py checks both copies against this function."""
+    return (n + align - 1) // align * align
+
+
 def aligned_empty(shape: tuple[int, ...], dtype: np.dtype, align: int) -> np.ndarray:
     """An uninitialised C-order array whose data starts on an `align` boundary and whose
     buffer extends to the next boundary after its end (what a host-memory import needs)."""
     dtype = np.dtype(dtype)
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    size = (nbytes + align - 1) // align * align
+    size = round_up(nbytes, align)
     raw = np.empty(size + align, dtype=np.uint8)
     off = (-raw.ctypes.data) % align
     return raw[off:off + nbytes].view(dtype).reshape(shape)
+
+
+class Allocator(Protocol):
+    """What the pool asks of the device: memory blocks made, imported and destroyed."""
+
+    def create(self, size: int, mem_type: int, mapped: bool, what: str) -> tuple[Any, int] | None:
+        """A block of `size` bytes of `mem_type`, mapped when `mapped`: (its handle, the
+        address it is mapped at or 0); None when that memory type cannot hold it (the
+        driver refuses the type, or has no memory for it). Other failures raise, their
+        message starting with `what`."""
+
+    def import_host(self, address: int, size: int, mem_type: int) -> Any | None:
+        """A block over the host memory [address, address + size) as `mem_type`: its
+        handle, or None when the driver refuses."""
+
+    def import_types(self, address: int) -> int:
+        """The memory types that can import host memory at `address`, as a bit mask."""
+
+    def destroy(self, handle: Any) -> None:
+        """Gives a block back (the GPU no longer uses it)."""
+
+
+class VkAllocator:
+    """The pool's one door to the device (Pool's default allocator): every block the pool
+    creates, maps, imports or destroys goes through these four methods, over _vk. Pool
+    takes any other object with the same methods (allocator=): tests/test_pool_model.py
+    drives the pool with a fake one and no device, as CuPy tests its memory pool with a
+    mock allocator. None of them is on the churn fast path (ranges from bins)."""
+    __slots__ = ("device",)
+
+    def __init__(self, device_handle: Any):
+        self.device = device_handle
+
+    def create(self, size: int, mem_type: int, mapped: bool, what: str) -> tuple[Any, int] | None:
+        out = _vk.out("block")
+        rc = _vk.block_create(self.device, size, mem_type, 1 if mapped else 0, out)
+        if rc == _vk.ERR_MEMORY_TYPE:
+            return None
+        try:
+            _vk.check(rc, what)
+        except OutOfMemoryError:
+            return None
+        return out[0], _vk.block_address(out[0]) if mapped else 0
+
+    def import_host(self, address: int, size: int, mem_type: int) -> Any | None:
+        out = _vk.out("block")
+        if _vk.block_import(self.device, address, size, mem_type, out) != 0:
+            return None
+        return _vk.take(out)
+
+    def import_types(self, address: int) -> int:
+        return _vk.host_pointer_types(self.device, address)
+
+    def destroy(self, handle: Any) -> None:
+        _vk.block_destroy(handle)
 
 
 class Block:
@@ -268,16 +333,20 @@ class Pool:
     """All tensor memory of one manager. Not thread-safe: the manager locks around it."""
     # Slots: the churn fast path reads a few attributes per call, and an instance __dict__
     # of more than 30 keys would make every one of those reads slower.
-    __slots__ = ("_by_kind", "_dev", "_ids", "_map_device", "_max_block", "_on_oom",
+    __slots__ = ("_by_kind", "_ids", "_map_device", "_max_block", "_on_oom",
                  "_serves", "_small", "_small_device", "_small_host", "_subs", "_type_heap",
                  "_types", "align", "allocated", "block_cap", "cache_bound", "empty",
                  "empty_bytes", "heap_reserved", "heap_size", "import_align", "imported",
                  "imports", "info", "max_imports", "max_request", "memory_limit", "nallocs",
-                 "peak_allocated", "reserved", "size_ok", "host_blocks_imported")
+                 "peak_allocated", "reserved", "size_ok", "host_blocks_imported", "allocator")
 
     def __init__(self, device_handle, info: DeviceInfo, memory_limit: int | None,
-                 on_oom: Callable[[], None] | None = None):
-        self._dev = device_handle
+                 on_oom: Callable[[], None] | None = None, *,
+                 allocator: Allocator | None = None):
+        # Every call into the device goes through the allocator (device_handle is only
+        # the default one's: None will do with another allocator).
+        self.allocator: Allocator = (VkAllocator(device_handle) if allocator is None
+                                     else allocator)
         self.info = info
         self.align = max(16, int(info.min_storage_buffer_offset_alignment))
         self.memory_limit = memory_limit
@@ -395,7 +464,7 @@ class Pool:
         pool's host types, then (with `others`) any other the driver offers; [] when
         none (or when the device cannot import). Thread-safe: reads no pool state that
         changes."""
-        bits = _vk.host_pointer_types(self._dev, address) if self.import_align else 0
+        bits = self.allocator.import_types(address) if self.import_align else 0
         ranked = [t for t in self._types["host"] if bits >> t & 1]
         if others:
             ranked += [t for t in range(32) if bits >> t & 1 and t not in ranked]
@@ -405,17 +474,17 @@ class Pool:
         """[start, end) of the host memory [address, address + nbytes) rounded out to the
         import alignment (what import_range() takes for it). Needs import_align."""
         align = self.import_align
-        return address - address % align, -(-(address + nbytes) // align) * align
+        return address - address % align, round_up(address + nbytes, align)
 
     def import_range(self, address: int, size: int, types: list[int]) -> tuple[Any, int] | None:
         """Imports the host memory [address, address + size) (both aligned to
         import_align) as a block of the first of `types` the driver accepts: (the block
         handle, its memory type), or None. Registers nothing: the caller owns the handle
         (sg_block_destroy) and keeps the memory alive until then. Thread-safe."""
-        out = _vk.out("block")
         for mem_type in types:
-            if _vk.block_import(self._dev, address, size, mem_type, out) == 0:
-                return _vk.take(out), mem_type
+            handle = self.allocator.import_host(address, size, mem_type)
+            if handle is not None:
+                return handle, mem_type
         return None
 
     def import_host(self, address: int, nbytes: int) -> Allocation | None:
@@ -425,7 +494,7 @@ class Pool:
         align = self.import_align
         if not align or address % align:
             return None
-        size = (nbytes + align - 1) // align * align
+        size = round_up(nbytes, align)
         got = self.import_range(address, size, self.importable_types(address))
         if got is None:
             return None
@@ -438,17 +507,17 @@ class Pool:
     def unimport(self, a: Allocation) -> None:
         blk = self.imports.pop(a.block.id, None)
         if blk is not None:
-            _vk.block_destroy(blk.handle)
+            self.allocator.destroy(blk.handle)
             blk.handle = _vk.NULL
             self.imported -= blk.size
 
     def round(self, nbytes: int) -> int:
-        a = self.align
-        return max(a, (nbytes + a - 1) // a * a)
+        """The bytes a request of nbytes takes: at least one alignment unit."""
+        return max(self.align, round_up(nbytes, self.align))
 
     def alloc(self, nbytes: int, kind: str) -> Allocation:
         al = self.align
-        size = (nbytes + al - 1) // al * al if nbytes > al else al
+        size = (nbytes + al - 1) // al * al if nbytes > al else al   # round(): inline, hot
         if size <= SMALL_LIMIT:
             sub = self._small[kind]
             # Fast path: a freed range of exactly this size, handed out as it was.
@@ -526,7 +595,7 @@ class Pool:
     def alloc_pair(self, nbytes: int) -> tuple[Allocation, Allocation]:
         """A "device" range and a "host" (staging) range of nbytes <= SMALL_LIMIT each."""
         al = self.align
-        size = (nbytes + al - 1) // al * al if nbytes > al else al
+        size = (nbytes + al - 1) // al * al if nbytes > al else al   # round(): inline, hot
         sd = self._small_device
         sh = self._small_host
         bd = sd.bins.get(size)  # type: ignore[union-attr]
@@ -592,7 +661,7 @@ class Pool:
         """Gives an empty block back to the driver."""
         self._refilled(blk)
         blk.sub.remove_block(blk)
-        _vk.block_destroy(blk.handle)
+        self.allocator.destroy(blk.handle)
         blk.handle = _vk.NULL
         self.reserved -= blk.size
         self.heap_reserved[blk.heap] -= blk.size
@@ -605,7 +674,7 @@ class Pool:
         else:
             size = max(min(sub.block_size, self.block_cap), need)
             if size > MiB:
-                size = max(need, min((size + MiB - 1) // MiB * MiB, self._max_block))
+                size = max(need, min(round_up(size, MiB), self._max_block))
         for bs in (size, need) if size > need else (size,):
             if self.memory_limit is not None and self.reserved + bs > self.memory_limit:
                 continue
@@ -619,7 +688,9 @@ class Pool:
         refuses): tensors' host data can then be the staging range itself, as a numpy
         view that stays valid after the block, the tensor and the manager are gone."""
         align = self.import_align
-        size = -(-size // align) * align
+        size = round_up(size, align)
+        if self.memory_limit is not None and self.reserved + size > self.memory_limit:
+            return None   # rounded up past the limit: driver memory of the size asked instead
         owner = aligned_empty((size,), np.dtype(np.uint8), align)
         address = owner.ctypes.data
         fits = [t for t in self.importable_types(address, others=False)
@@ -640,7 +711,6 @@ class Pool:
             blk = self._import_block(sub, size)
             if blk is not None:
                 return blk
-        out = _vk.out("block")
         for mem_type in self._types[sub.kind]:
             heap, heap_size = self._heap_of(mem_type)
             if self.heap_reserved[heap] + size > heap_size:
@@ -648,18 +718,14 @@ class Pool:
             mapped = sub.kind == "host" or (
                 self._map_device and self.info.memory_type_flags[mem_type] &
                 (HOST_VISIBLE | HOST_COHERENT) == HOST_VISIBLE | HOST_COHERENT)
-            rc = _vk.block_create(self._dev, size, mem_type, 1 if mapped else 0, out)
-            if rc == _vk.ERR_MEMORY_TYPE:
-                continue
-            try:
-                _vk.check(rc, f"allocating a {sub.kind} memory block of {size} bytes "
-                          f"(memory type {mem_type})")
-            except OutOfMemoryError:
-                continue
-            ptr = _vk.block_address(out[0]) if mapped else 0
+            got = self.allocator.create(size, mem_type, bool(mapped),
+                                        f"allocating a {sub.kind} memory block of {size} "
+                                        f"bytes (memory type {mem_type})")
+            if got is None:
+                continue   # not this type, or no memory left for it: the next one
             self.reserved += size
             self.heap_reserved[heap] += size
-            return Block(next(self._ids), out[0], ptr, size, mem_type, sub, heap)
+            return Block(next(self._ids), got[0], got[1], size, mem_type, sub, heap)
         if not self._types[sub.kind]:
             raise DeviceError(f"no memory type of this device can hold a {sub.kind} buffer")
         return None
@@ -678,7 +744,7 @@ class Pool:
         """Destroys every block, allocated or not. The device must be idle."""
         for sub in self._subs.values():
             for blk in sub.blocks.values():
-                _vk.block_destroy(blk.handle)
+                self.allocator.destroy(blk.handle)
                 blk.handle = _vk.NULL
             sub.blocks.clear()
             sub.free.clear()
@@ -686,7 +752,7 @@ class Pool:
                 sub.bins.clear()
             sub.binned = 0
         for blk in self.imports.values():
-            _vk.block_destroy(blk.handle)
+            self.allocator.destroy(blk.handle)
             blk.handle = _vk.NULL
         self.imports.clear()
         self.empty.clear()
