@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import collections
 import itertools
-import ctypes
 import logging
 import os
 import threading
@@ -363,7 +362,7 @@ def abandon(state: Engine, still: list[str], why: str) -> None:
     keep += pinned
     for arr in keep:
         if arr is not None:
-            ctypes.pythonapi.Py_IncRef(ctypes.py_object(arr))
+            _vk.keep_forever(arr)
     # The drivers' exit handlers would wait for this work (NVIDIA's does: the process never
     # exits) or free what it uses: the process skips them at exit (sg_exit_guard).
     if _vk.exit_guard() < 0:

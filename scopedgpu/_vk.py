@@ -1,4 +1,7 @@
-"""The one door to the C shim: every call into `lib` and every use of `ffi` is here.
+"""The one door to the C shim: every call into `lib` and every use of `ffi` is here, and
+the package's two calls into CPython's own C API through ctypes (keep_forever,
+byte_exporter). The only other native door is _spirv_val (SPIRV-Tools through cffi's ABI
+mode); tests/test_architecture.py refuses ctypes and cffi anywhere else.
 
 The rest of the package calls the functions below. Each shim function has one name:
 functions whose return code the caller acts on (status, wait, submit, create with an
@@ -12,6 +15,7 @@ recorder uses are named here too, so that no raw mask appears elsewhere.
 """
 from __future__ import annotations
 
+import ctypes
 import functools
 import weakref
 from typing import Any, Callable, NoReturn
@@ -300,3 +304,16 @@ def seq_timestamps(h: Any, n: int, what: str) -> list[int]:
     buf = ffi.new("uint64_t[]", n)
     check(lib.sg_seq_timestamps(h, n, buf), what)
     return [int(buf[i]) for i in range(n)]
+
+
+# -- CPython's C API (ctypes): the package's only other native calls ---------------------------
+def keep_forever(obj: object) -> None:
+    """One reference to obj that is never given back: numpy memory the GPU may still use
+    after its manager gave up on its work must never be freed (Engine abandon)."""
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))
+
+
+def byte_exporter(owner: Any, offset: int, nbytes: int) -> Any:
+    """A buffer-protocol object over nbytes of `owner` (a writable buffer: numpy memory of
+    a host block) from `offset`, zero-copy, that keeps owner alive (Tensor._adopt_stage)."""
+    return (ctypes.c_char * nbytes).from_buffer(owner, offset)

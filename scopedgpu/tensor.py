@@ -1,12 +1,12 @@
 """Tensors: ranges of the manager's memory pool, with a host copy in a numpy array."""
 from __future__ import annotations
 
-import ctypes
 import weakref
 from typing import Any, TypeVar
 
 import numpy as np
 
+from scopedgpu import _vk
 from scopedgpu._base import Child, Handle, ids
 from scopedgpu._device import dtype_feature
 from scopedgpu._engine import Engine
@@ -340,7 +340,7 @@ class Tensor(Child):
                 return
             # One exporter object per tensor under every view of data(): numpy collapses
             # the bases of slices onto it, so it lives exactly as long as some view does.
-            buf = (ctypes.c_char * self._nbytes).from_buffer(owner, stage.offset)  # type: ignore[arg-type]
+            buf = _vk.byte_exporter(owner, stage.offset, self._nbytes)
             view = np.frombuffer(buf, dtype=self._dtype).reshape(self._shape)  # type: ignore[call-overload]
             np.copyto(view, host)
             self._th.view = weakref.ref(buf)

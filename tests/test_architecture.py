@@ -108,6 +108,30 @@ def c_door_violations(pkg: Path) -> list[str]:
     return bad
 
 
+# The other native doors: CPython's C API through ctypes (_vk: keep_forever,
+# byte_exporter) and SPIRV-Tools through cffi's ABI mode (_spirv_val).
+NATIVE_DOORS = {"ctypes": {"_vk", "_spirv_val"}, "cffi": {"_ffi", "_spirv_val"}}
+
+
+def native_door_violations(pkg: Path) -> list[str]:
+    """Imports of ctypes or cffi (any submodule, at any depth of the module) outside their
+    doors."""
+    bad = []
+    for mod, tree in _modules(pkg).items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                top = name.split(".")[0]
+                if top in NATIVE_DOORS and mod not in NATIVE_DOORS[top]:
+                    bad.append(f"{mod}.py:{node.lineno}: {name}")
+    return bad
+
+
 def private_reach(pkg: Path) -> list[str]:
     """Accesses `x._name` (x not self or cls, _name not a dunder) in a module that does not
     define _name itself (as a function, class, name, attribute it assigns, or a string in
@@ -223,6 +247,24 @@ def test_only_vk_touches_the_c_extension():
     assert "_ffi" in graph["_vk"]       # the door exists and is the one used
     users = {m for m, ts in graph.items() if "_vk" in ts}
     assert {"_pool", "_device", "_engine", "sequence", "manager"} <= users
+
+
+def test_native_code_is_reached_through_its_doors_only():
+    """ctypes and cffi only in _vk, _ffi and _spirv_val (issue 25: _engine.abandon and
+    Tensor._adopt_stage used ctypes on live numpy memory outside any door)."""
+    assert native_door_violations(PKG) == []
+
+
+def test_a_planted_native_side_door_is_found(tmp_path):
+    pkg = _write(tmp_path / "scopedgpu", {
+        "__init__.py": "",
+        "_vk.py": "import ctypes\n",
+        "_spirv_val.py": "import ctypes.util\nfrom cffi import FFI\n",
+        "tensor.py": "import numpy\ndef f():\n    import ctypes\n",
+        "_engine.py": "from ctypes import pythonapi\nimport cffi.backend_ctypes\n",
+    })
+    assert native_door_violations(pkg) == ["_engine.py:1: ctypes", "_engine.py:2: cffi.backend_ctypes",
+                                           "tensor.py:3: ctypes"]
 
 
 def test_the_layers_hold():
