@@ -204,72 +204,16 @@ class ConstantSlot:
 
 def push_constant_layout(spirv: bytes) -> list[ConstantSlot]:
     """The scalars of the module's push-constant block, in offset order (members,
-    vector components and array elements each count as one). Empty if it has none."""
-    from scopedgpu import _spirv as sv
-    w = sv.words_of(spirv)
-    types: dict[int, tuple] = {}
-    offsets: dict[int, dict[int, int]] = {}
-    strides: dict[int, int] = {}
-    consts: dict[int, int] = {}
-    pointers: dict[int, int] = {}
-    block = None
-    i = 5
-    while i < len(w):
-        wc, op = w[i] >> 16, w[i] & 0xFFFF
-        a = w[i + 1:i + max(wc, 1)]
-        if op == sv.OP_TYPE_BOOL:
-            types[a[0]] = ("bool", 32)
-        elif op == sv.OP_TYPE_INT:
-            types[a[0]] = ("int" if a[2] else "uint", a[1])
-        elif op == sv.OP_TYPE_FLOAT:
-            types[a[0]] = ("float", a[1])
-        elif op in (sv.OP_TYPE_VECTOR, sv.OP_TYPE_MATRIX):
-            types[a[0]] = ("vector", a[1], a[2])
-        elif op == sv.OP_TYPE_ARRAY:
-            types[a[0]] = ("array", a[1], a[2])
-        elif op == sv.OP_TYPE_STRUCT:
-            types[a[0]] = ("struct", list(a[1:]))
-        elif op == sv.OP_TYPE_POINTER:
-            pointers[a[0]] = a[2]
-        elif op == sv.OP_CONSTANT and len(a) >= 3:
-            consts[a[1]] = a[2]
-        elif op == sv.OP_DECORATE and len(a) >= 3 and a[1] == sv.DEC_ARRAY_STRIDE:
-            strides[a[0]] = a[2]
-        elif op == sv.OP_MEMBER_DECORATE and len(a) >= 4 and a[2] == sv.DEC_OFFSET:
-            offsets.setdefault(a[0], {})[a[1]] = a[3]
-        elif op == sv.OP_VARIABLE and a[2] == sv.SC_PUSH_CONSTANT:
-            block = pointers.get(a[0])
-        i += max(wc, 1)
+    vector components, matrix elements and array elements each count as one), as the
+    module's reflection lays them out (the one the native API packs push constants by).
+    Empty if it has none; ValueError for a nested struct member, which neither reads."""
+    from scopedgpu._spirv import reflect
     out: list[ConstantSlot] = []
-
-    def walk(tid: int, base: int, depth: int = 0) -> int:
-        """Adds the scalars of type tid at byte offset base; returns the type's size."""
-        t = types.get(tid)
-        if t is None or depth > 16:
-            raise ValueError("push constants of a type scopedgpu.testing cannot read")
-        if t[0] in ("bool", "int", "uint", "float"):
-            out.append(ConstantSlot(base, t[0], t[1]))
-            return t[1] // 8
-        if t[0] == "vector":
-            size = 0
-            for k in range(t[2]):
-                size += walk(t[1], base + size, depth + 1)
-            return size
-        if t[0] == "array":
-            n = consts.get(t[2], 0)
-            stride = strides.get(tid, 0)
-            size = 0
-            for k in range(n):
-                size = walk(t[1], base + k * stride, depth + 1)
-            return n * (stride or size)
-        end = 0
-        for m, mt in enumerate(t[1]):
-            off = offsets.get(tid, {}).get(m, end)
-            end = off + walk(mt, base + off, depth + 1)
-        return end
-
-    if block is not None:
-        walk(block, 0)
+    for m in reflect(spirv).push_constant_members:
+        if m.kind == "struct":
+            raise ValueError(f"push constants of a type scopedgpu.testing cannot read: "
+                             f"member {m.label} of the block is a struct")
+        out += [ConstantSlot(off, m.kind, m.width) for off in m.slots]
     return sorted(out, key=lambda s: s.offset)
 
 

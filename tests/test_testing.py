@@ -377,3 +377,22 @@ def test_kernel_timeout_is_checked():
         machine = type("Bad", (LifetimeMachine,), {"kernels": kernels, "kernel_timeout": bad})
         with pytest.raises(error, match=r"Bad\.kernel_timeout must be"):
             machine()
+
+
+def test_push_constant_layout_is_the_reflections(glsl):
+    """One layout for the testing strategies and the native packing (the reflection's,
+    with its strides): vectors, a float after a vec3, matrix columns; a nested struct is
+    refused by name."""
+    spirv = glsl("#version 450\nlayout(local_size_x=1) in;\n"
+                 "layout(push_constant) uniform P { vec3 v; float f; mat2 m; int k[2]; } p;\n"
+                 "layout(binding = 0) buffer O { float o[]; };\n"
+                 "void main() { o[0] = p.v.x + p.f + p.m[1][1] + float(p.k[1]); }\n")
+    assert [(s.offset, s.kind) for s in push_constant_layout(spirv)] == [
+        (0, "float"), (4, "float"), (8, "float"), (12, "float"),
+        (16, "float"), (20, "float"), (24, "float"), (28, "float"), (32, "int"), (36, "int")]
+    nested = glsl("#version 450\nlayout(local_size_x=1) in;\nstruct S { float a; };\n"
+                  "layout(push_constant) uniform P { S s; } p;\n"
+                  "layout(binding = 0) buffer O { float o[]; };\n"
+                  "void main() { o[0] = p.s.a; }\n")
+    with pytest.raises(ValueError, match="is a struct"):
+        push_constant_layout(nested)
