@@ -1,8 +1,11 @@
-"""`scopedgpu {info,demo,settings,bench}`, also `python -m scopedgpu ...`.
+"""`scopedgpu {info,demo,settings,compile,bench}` and `--version`, also
+`python -m scopedgpu ...`.
 
 Without a Vulkan device (or without the loader) each command prints one line saying what
-is missing and exits with status 1; no traceback. `bench` runs the benchmark package
-`bench` of a source checkout or sdist (it is not part of the wheel)."""
+is missing and exits with status 1; no traceback. `compile` needs no device: GLSL to
+SPIR-V through compile_glsl (its compiler and its cache). `bench` runs the benchmark
+package `bench` of a source checkout or sdist (it is not part of the wheel; without it,
+status 1 and where to get it)."""
 from __future__ import annotations
 
 import argparse
@@ -154,12 +157,57 @@ def cmd_settings(args: argparse.Namespace) -> int:
     return 1 if errors else 0
 
 
+def _defines(items: list[str]) -> dict[str, str | None]:
+    """-D NAME=VALUE / -D NAME (argparse's list) as compile_glsl's defines."""
+    out: dict[str, str | None] = {}
+    for item in items:
+        name, eq, value = item.partition("=")
+        out[name] = value if eq else None
+    return out
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    """GLSL to SPIR-V through scopedgpu.compile_glsl: the same compiler, flags (Vulkan
+    1.1 target) and on-disk cache, so the file holds exactly what compile_glsl returns
+    for that source and those defines. Exit status 1, with the reason on stderr, when the
+    source cannot be read, the compiler fails (its message, with the file's name for
+    `shader.comp`), none is installed (how to get one) or the output cannot be written."""
+    from scopedgpu._errors import ShaderError
+    from scopedgpu.glsl import compile_glsl
+    src = Path(args.file)
+    out = Path(args.output) if args.output else src.with_suffix(".spv")
+    where = f"{args.prog} compile"
+    if out.resolve() == src.resolve():
+        print(f"{where}: the output {out} would overwrite the source; give -o", file=sys.stderr)
+        return 1
+    try:
+        source = src.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        print(f"{where}: cannot read {src}: {exc}", file=sys.stderr)
+        return 1
+    try:
+        spirv = compile_glsl(source, defines=_defines(args.define))
+    except ShaderError as exc:
+        print(f"{where}: {src}: {str(exc).replace('shader.comp:', f'{src}:')}",
+              file=sys.stderr)
+        return 1
+    try:
+        out.write_bytes(spirv)
+    except OSError as exc:
+        print(f"{where}: cannot write {out}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 BENCH_HELP = "measure the performance figures next to a plain-C Vulkan yardstick"
 BENCH_MISSING = """\
-{prog} bench: the benchmark suite ships with scopedgpu's source (a git checkout or the
-sdist), not with the installed package. Get the source of this version and run, from its
-top directory (after `python build_ffi.py`, or with scopedgpu installed):
-    python -m bench --quick        (or: python -m scopedgpu bench --quick)
+{prog} bench: the benchmark suite and its plain-C yardstick
+ships with scopedgpu's source (a git checkout or the sdist), not with the installed
+package. To run it, get the source of this version, e.g. the sdist:
+    pip download --no-deps --no-binary :all: scopedgpu=={version}
+    tar xzf scopedgpu-{version}.tar.gz && cd scopedgpu-{version}
+then, from that top directory (with scopedgpu installed, or after `python build_ffi.py`):
+    python -m bench --quick        (or: {prog} bench --quick)
 `python -m bench --help` lists the options."""
 
 
@@ -201,36 +249,64 @@ def _load_bench() -> ModuleType | None:
 
 
 def cmd_bench(argv: list[str], prog: str) -> int:
-    """Hands argv to the source tree's bench (`python -m bench`), or says where it is."""
+    """Hands argv to the source tree's bench (`python -m bench`), or says where it is
+    (exit status 1: whatever the arguments, there is nothing here to run them)."""
+    from scopedgpu._version import __version__
     bench = _load_bench()
     if bench is None:
-        print(BENCH_MISSING.format(prog=prog), file=sys.stderr)
-        return 2
+        print(BENCH_MISSING.format(prog=prog, version=__version__), file=sys.stderr)
+        return 1
     return int(bench.main(argv, prog=f"{prog} bench"))
 
 
-def main(argv: list[str] | None = None, prog: str = "python -m scopedgpu") -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["bench"]:
-        return cmd_bench(argv[1:], prog)
+def make_parser(prog: str) -> argparse.ArgumentParser:
+    """The command line of every sub-command but `bench` (whose options are the source
+    tree's bench's own: main() hands them over before parsing)."""
+    from scopedgpu._version import __version__
     parser = argparse.ArgumentParser(prog=prog,
                                      description="scopedgpu: GPU compute on any Vulkan device")
+    parser.add_argument("--version", action="version", version=f"scopedgpu {__version__}",
+                        help="print scopedgpu's version and exit")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("info", help="check the Vulkan setup and list the devices")
     p.set_defaults(func=cmd_info)
     p = sub.add_parser("demo", help="run a real workload on the default device, checked "
                                     "against numpy")
-    p.add_argument("--device", default=None, help="index or name substring")
-    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--device", default=None,
+                   help="the device's index or a substring of its name (`info` lists "
+                        "them); default: SCOPEDGPU_DEVICE, else the best device")
+    p.add_argument("--batch", type=int, default=256, metavar="N",
+                   help="rows in the input batch (default: %(default)s)")
     p.set_defaults(func=cmd_demo)
     p = sub.add_parser("settings", help="show every SCOPEDGPU_* environment variable: its "
                                         "value and whether it came from the environment")
     p.add_argument("--markdown", action="store_true",
                    help="print the table of docs/settings.md instead")
     p.set_defaults(func=cmd_settings, prog=prog)
+    p = sub.add_parser("compile", help="compile a GLSL compute shader to SPIR-V (the "
+                                       "compiler and cache of scopedgpu.compile_glsl)",
+                       description="Compiles FILE (GLSL 450, a compute shader) to SPIR-V "
+                                   "for Vulkan 1.1 through scopedgpu.compile_glsl: the same "
+                                   "compiler (glslc, else glslangValidator) and the same "
+                                   "on-disk cache, so the output is what compile_glsl "
+                                   "returns for that source and those defines.")
+    p.add_argument("file", metavar="FILE", help="the GLSL source (e.g. shader.comp)")
+    p.add_argument("-o", "--output", metavar="OUT",
+                   help="where to write the SPIR-V (default: FILE with the suffix .spv)")
+    p.add_argument("-D", "--define", action="append", default=[], metavar="NAME[=VALUE]",
+                   help="a preprocessor macro, as compile_glsl's defines={NAME: VALUE} "
+                        "(repeatable)")
+    p.set_defaults(func=cmd_compile, prog=prog)
     # `bench` is handled above; this entry is for the command list of --help.
     sub.add_parser("bench", help=BENCH_HELP + " (from a source checkout)", add_help=False)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None, prog: str = "python -m scopedgpu") -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["bench"]:
+        return cmd_bench(argv[1:], prog)
+    args = make_parser(prog).parse_args(argv)
     from scopedgpu._errors import NoDeviceError
     from scopedgpu._settings import device_spec
     if getattr(args, "device", None) is not None:

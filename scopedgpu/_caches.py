@@ -7,6 +7,9 @@ Every method runs under the manager's lock.
 """
 from __future__ import annotations
 
+import hashlib
+import logging
+import time
 from collections import OrderedDict
 from typing import Any
 
@@ -23,6 +26,15 @@ UNUSED_PROGRAMS_KEPT = 64
 # Command pool + command buffer + fence sets kept per queue for reuse by new sequences.
 SEQUENCES_KEPT = 16
 REFLECTIONS_KEPT = 256
+
+log = logging.getLogger("scopedgpu")
+
+
+def _describe(spirv: bytes, info: ShaderInfo, spec: tuple, nbindings: int) -> str:
+    """A pipeline's key as the log shows it (only built when DEBUG is on)."""
+    return (f"SPIR-V {hashlib.sha256(spirv).hexdigest()[:12]} ({len(spirv)} bytes, local "
+            f"size {'x'.join(map(str, info.local_size))}), {nbindings} bindings, "
+            f"specialization constants {list(spec[0])}")
 
 
 class SequenceCache:
@@ -130,6 +142,7 @@ class Programs:
         key = (bytes(spirv), tuple(ids), tuple(sizes), blob, nbindings)
         prog = self.programs.get(key)
         if prog is None:
+            t0 = time.perf_counter()   # for the log
             engine = self.engine
             out = _vk.out("program")
             # One try, no nested one: a KeyboardInterrupt delivered at a nested `try:` line
@@ -155,6 +168,13 @@ class Programs:
                 engine.validation_failed(exc, "creating a compute pipeline")
                 raise
             prog = self.programs[key]
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("pipeline built in %.1f ms: %s; %d pipelines cached",
+                          (time.perf_counter() - t0) * 1e3,
+                          _describe(key[0], info, spec, nbindings), len(self.programs))
+        elif log.isEnabledFor(logging.DEBUG):
+            log.debug("pipeline cache hit (used by %d algorithms): %s", prog.refs,
+                      _describe(key[0], info, spec, nbindings))
         # One line: an interrupt never falls between taking the reference and returning.
         self.unused_programs.pop(key, None); prog.refs += 1; holder.program = prog; return prog  # noqa: E702
 

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import logging
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import numpy as np
@@ -52,6 +53,8 @@ from scopedgpu._errors import DeviceError, OutOfMemoryError
 
 if TYPE_CHECKING:
     from scopedgpu._device import DeviceInfo
+
+log = logging.getLogger("scopedgpu")
 
 MiB = 1 << 20
 IMPORT_MIN = 4 * MiB     # host copies this large are imported, where the device can
@@ -680,6 +683,12 @@ class Pool:
                 continue
             blk = self._create_block(sub, bs)
             if blk is not None:
+                log.debug("pool: new %s block of %d bytes (%s class, for %d bytes; %s, memory "
+                          "type %d); reserved now %d bytes%s", sub.kind, blk.size,
+                          ("small", "large", "huge")[sub.cls], need,
+                          "imported host memory" if blk.owner is not None else "driver memory",
+                          blk.mem_type, self.reserved,
+                          "" if self.memory_limit is None else f" of {self.memory_limit}")
                 return blk
         return None
 

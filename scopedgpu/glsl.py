@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib
+import logging
 import os
 import re
 import shutil
@@ -12,6 +13,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
 import warnings
 from pathlib import Path
 from typing import Mapping
@@ -21,6 +23,8 @@ from scopedgpu._lazy import first_use
 from scopedgpu._settings import get as setting
 
 __all__ = ["compile_glsl", "cache_dir"]
+
+log = logging.getLogger("scopedgpu")
 
 
 def cache_dir() -> Path:
@@ -118,6 +122,8 @@ def compile_glsl(source: str, *, defines: Mapping[str, object] | None = None) ->
     cached = cache_dir() / "spirv" / f"{key}{_ENTRY_SUFFIX}"
     hit = _read_entry(cached)
     if hit is not None:
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("compile_glsl: cache hit, %d bytes of SPIR-V from %s", len(hit), cached)
         return hit
     comp = _compiler()
     if comp is None:
@@ -136,6 +142,7 @@ def compile_glsl(source: str, *, defines: Mapping[str, object] | None = None) ->
         else:
             cmd = [path, "-V", "--target-env", "vulkan1.1"] + [
                 f"-D{k}={v}" if v else f"-D{k}" for k, v in defs] + [str(src), "-o", str(out)]
+        t0 = time.perf_counter()   # for the log
         res = subprocess.run(cmd, capture_output=True, text=True, env=_compiler_env(path))
         if res.returncode != 0:
             msg = (res.stderr + res.stdout).replace(str(src), "shader.comp").strip()
@@ -154,6 +161,9 @@ def compile_glsl(source: str, *, defines: Mapping[str, object] | None = None) ->
                           f"SPIR-V ({exc}); check that it is a working GLSL "
                           "compiler") from None
     _write_entry(cached, spirv)
+    log.debug("compile_glsl: cache miss, compiled with %s (%s) in %.1f ms: %d bytes of "
+              "SPIR-V, defines %s, cache entry %s", name, path,
+              (time.perf_counter() - t0) * 1e3, len(spirv), dict(defs), cached)
     return spirv
 
 

@@ -153,6 +153,14 @@ class Manager(NoCopy):
                                   code=exc.code) from exc
             state.dev = dout[0]
             state.info = info
+            if log.isEnabledFor(logging.DEBUG):
+                env = setting("SCOPEDGPU_DEVICE") if device is None else None
+                log.debug("Manager: device %d, %s (%s, Vulkan %s), chosen %s; validation %s",
+                          info.index, info.name, info.type, info.api_version,
+                          f"by the argument device={device!r}" if device is not None else
+                          f"by SCOPEDGPU_DEVICE={env!r}" if env is not None else
+                          "by default (the best type: discrete > integrated > virtual > "
+                          "cpu, then the lowest index)", "on" if debug else "off")
             state.pool = Pool(state.dev, info, memory_limit, on_oom=state.collect)
             state.seq_cache = SequenceCache(state)
             state.programs = Programs(state)

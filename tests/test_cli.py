@@ -1,11 +1,18 @@
-"""`python -m scopedgpu info` and `demo`, run as a new user would, in a subprocess."""
+"""`python -m scopedgpu` (info, demo, settings, compile, bench, --version), run as a new
+user would, in a subprocess."""
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
+from pathlib import Path
 
+import numpy as np
+
+import scopedgpu as sg
 from scopedgpu import __main__ as sg_main, _settings
+from tests.conftest import needs_glsl_compiler
 
 LVP = "/usr/share/vulkan/icd.d/lvp_icd.x86_64.json"
 
@@ -99,11 +106,12 @@ def test_bench_without_the_source_tree_says_where_it_is(monkeypatch, capsys):
     # What an installed wheel does: no `bench` package beside it, none on the path.
     monkeypatch.setattr(sg_main, "_bench_dirs", lambda: [])
     monkeypatch.delitem(sys.modules, "bench", raising=False)
-    assert sg_main.main(["bench", "--quick"], prog="scopedgpu") == 2
+    assert sg_main.main(["bench", "--quick"], prog="scopedgpu") == 1   # not argparse's 2
     out, err = capsys.readouterr()
     assert out == ""
-    assert "ships with scopedgpu's source" in err and "python -m bench" in err
-    assert "scopedgpu bench:" in err
+    assert "ships with scopedgpu's source" in err and "python -m bench --quick" in err
+    assert f"pip download --no-deps --no-binary :all: scopedgpu=={sg.__version__}" in err
+    assert err.startswith("scopedgpu bench:")
 
 
 def test_console_command_names_itself():
@@ -111,7 +119,8 @@ def test_console_command_names_itself():
     code = "import sys; from scopedgpu.__main__ import cli; sys.argv[1:] = ['--help']; sys.exit(cli())"
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
-    assert res.stdout.startswith("usage: scopedgpu [-h] {info,demo,settings,bench}")
+    assert res.stdout.startswith("usage: scopedgpu [-h] [--version] "
+                                 "{info,demo,settings,compile,bench}")
 
 
 def test_settings_shows_each_variable_its_value_and_where_it_came_from():
@@ -135,3 +144,109 @@ def test_settings_shows_each_variable_its_value_and_where_it_came_from():
     assert "settings" in run("--help").stdout
     table = run("settings", "--markdown").stdout
     assert table.startswith("| variable | takes | default |") and table.count("\n") == 14
+
+
+def test_version_from_the_module_and_the_console_command():
+    res = run("--version")
+    assert (res.returncode, res.stdout, res.stderr) == (0, f"scopedgpu {sg.__version__}\n", "")
+    code = ("import sys; from scopedgpu.__main__ import cli; sys.argv[1:] = ['--version']; "
+            "sys.exit(cli())")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert (res.returncode, res.stdout) == (0, f"scopedgpu {sg.__version__}\n"), res.stderr
+
+
+def test_every_sub_command_and_option_has_help():
+    parser = sg_main.make_parser("scopedgpu")
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    listed = {c.dest: c.help for c in sub._choices_actions}
+    assert set(listed) == set(sub.choices) == {"info", "demo", "settings", "compile", "bench"}
+    missing = [name for name, text in listed.items() if not text]
+    for name, p in [("", parser), *sub.choices.items()]:
+        missing += [f"{name} {a.option_strings or a.dest}" for a in p._actions
+                    if not a.help and not isinstance(a, argparse._SubParsersAction)]
+    assert not missing, missing
+    # ...as a user sees it: the option and its text on one line
+    batch = next(ln for ln in run("demo", "--help").stdout.splitlines()
+                 if ln.lstrip().startswith("--batch"))
+    assert "rows in the input batch (default: 256)" in batch, batch
+
+
+SCALE = """#version 450
+layout(local_size_x = 64) in;
+layout(set = 0, binding = 0) buffer Data { float x[]; };
+void main() {
+    uint i = gl_GlobalInvocationID.x;
+#ifdef DOUBLE_IT
+    if (i < x.length()) x[i] = 2.0 * (x[i] + OFFSET);
+#else
+    if (i < x.length()) x[i] = x[i] + OFFSET;
+#endif
+}
+"""
+
+
+def no_compiler(code: str) -> str:
+    """Python for a child that finds no GLSL compiler whatever is installed (PATH is
+    emptied by the caller; this hides the `glsl` extra's wheel too)."""
+    return ("import sys, scopedgpu.glsl as g; g._wheel_glslang = lambda: None\n"
+            "from scopedgpu.__main__ import cli\n" + code)
+
+
+@needs_glsl_compiler("the source is written at run time: no compile cache holds it")
+def test_compile_writes_what_compile_glsl_returns_through_its_cache(mgr, tmp_path, monkeypatch):
+    src = tmp_path / "scale.comp"
+    src.write_text(SCALE)
+    cache = tmp_path / "cache"
+    res = run("compile", str(src), "-D", "OFFSET=1.5", "-DDOUBLE_IT", "-o",
+              str(tmp_path / "out.spv"), env={"SCOPEDGPU_CACHE_DIR": str(cache)})
+    assert (res.returncode, res.stdout, res.stderr) == (0, "", "")
+    spirv = (tmp_path / "out.spv").read_bytes()
+    assert len(list((cache / "spirv").iterdir())) == 1
+    # The same cache entry: compile_glsl with no compiler to be found returns it.
+    monkeypatch.setenv("SCOPEDGPU_CACHE_DIR", str(cache))
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.setattr("scopedgpu.glsl._wheel_glslang", lambda: None)
+    assert sg.compile_glsl(SCALE, defines={"OFFSET": 1.5, "DOUBLE_IT": None}) == spirv
+    # ...and the defines reached the compiler: run it.
+    x = np.arange(100, dtype=np.float32)
+    with mgr.tensor(x) as t, mgr.algorithm([t], spirv, (2, 1, 1)) as algo:
+        mgr.sequence().record(sg.OpTensorSyncDevice([t])).record(
+            sg.OpAlgoDispatch(algo)).record(sg.OpTensorSyncLocal([t])).eval().destroy()
+        np.testing.assert_array_equal(t.data(), 2 * (x + 1.5))
+    # Without -o: beside the source, and the cache needs no compiler now.
+    res = subprocess.run([sys.executable, "-c", no_compiler(
+        f"sys.argv[1:] = ['compile', {str(src)!r}, '-D', 'OFFSET=1.5', '-D', 'DOUBLE_IT']\n"
+        "sys.exit(cli())")], capture_output=True, text=True, timeout=120,
+        env=dict(os.environ, SCOPEDGPU_CACHE_DIR=str(cache), PATH="/nonexistent"))
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "scale.spv").read_bytes() == spirv
+
+
+@needs_glsl_compiler("a compile error is never cached")
+def test_compile_error_exits_1_with_the_compilers_message(tmp_path):
+    src = tmp_path / "bad.comp"
+    src.write_text("#version 450\nlayout(local_size_x = 1) in;\nvoid main() { int x = ; }\n")
+    res = run("compile", str(src), "-o", str(tmp_path / "bad.spv"),
+              env={"SCOPEDGPU_CACHE_DIR": str(tmp_path / "cache")})
+    assert res.returncode == 1 and res.stdout == ""
+    assert "Traceback" not in res.stderr
+    assert res.stderr.startswith(f"python -m scopedgpu compile: {src}: GLSL compilation failed")
+    assert f"{src}:3:" in res.stderr and "error" in res.stderr   # the file, not shader.comp
+    assert "void main() { int x = ; }" in res.stderr
+    assert not (tmp_path / "bad.spv").exists()
+
+
+def test_compile_without_a_compiler_says_how_to_install_one(tmp_path):
+    src = tmp_path / "k.comp"
+    src.write_text(SCALE)
+    res = subprocess.run([sys.executable, "-c", no_compiler(
+        f"sys.argv[1:] = ['compile', {str(src)!r}, '-D', 'OFFSET=1']\nsys.exit(cli('scopedgpu'))")],
+        capture_output=True, text=True, timeout=120,
+        env=dict(os.environ, SCOPEDGPU_CACHE_DIR=str(tmp_path / "cache"), PATH="/nonexistent"))
+    assert res.returncode == 1 and res.stdout == "", res.stderr
+    assert res.stderr.count("\n") == 1 and "Traceback" not in res.stderr, res.stderr
+    assert res.stderr.startswith(f"scopedgpu compile: {src}: no GLSL compiler found")
+    assert "pip install scopedgpu[glsl]" in res.stderr and "apt-get install glslc" in res.stderr
+    assert not Path(tmp_path / "k.spv").exists()
+    missing = run("compile", str(tmp_path / "absent.comp"))
+    assert missing.returncode == 1 and "cannot read" in missing.stderr, missing.stderr
