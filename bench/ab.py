@@ -45,9 +45,9 @@ def worker(seconds: float) -> dict[str, float]:
             times = []
             end = time.perf_counter() + seconds
             while time.perf_counter() < end:
-                t0 = clock()
+                ns = clock()
                 seq.eval()
-                times.append(clock() - t0)
+                times.append(clock() - ns)
         out["latency_us"] = statistics.median(times) / 1e3
 
         count = 0
