@@ -20,6 +20,11 @@ WHAT = ("measure dispatch latency, saxpy bandwidth, host<->device transfers (lar
 HELP = "measure the performance figures next to a plain-C Vulkan yardstick"
 
 
+# The phases of the suite, in the order they run (bench/suite.py's run()).
+PHASES = ["latency", "saxpy", "transfers", "transfer sweep", "stream", "sequence churn",
+          "tensor churn", "long churn"]
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default=None, help="index or name substring")
     p.add_argument("--quick", action="store_true", help="small sizes and short runs (CI)")
@@ -38,6 +43,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "on a CPU device)")
     p.add_argument("--stream-chunk-mib", type=float, default=None,
                    help="chunk of the stream in MiB (default 8, Manager.stream's)")
+    p.add_argument("--only", metavar="PHASE", action="append", choices=PHASES, default=None,
+                   help="run only this phase (repeatable): " + ", ".join(PHASES))
     p.add_argument("--no-c", action="store_true", help="skip the C yardstick")
     p.add_argument("--no-cupy", action="store_true", help="skip CuPy even if importable")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")

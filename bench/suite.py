@@ -85,6 +85,9 @@ class Bench:
         return times
 
     def phase(self, name: str, fn: Callable[[], None]) -> None:
+        only = getattr(self.args, "only", None)
+        if only and name not in only:
+            return
         self.p.say(f"{name} ...")
         try:
             fn()
@@ -132,6 +135,7 @@ class Bench:
         self.p.say(f"device: {info}; saxpy 2^{self.saxpy_n.bit_length() - 1} floats, "
                    f"transfers {self.xfer_bytes // MiB} MiB{' (quick)' if self.quick else ''}")
         try:
+            # (the names --only takes: PHASES)
             self.phase("latency", self.bench_latency)
             self.phase("saxpy", self.bench_saxpy)
             self.phase("transfers", lambda: transfers.bench_transfers(self))

@@ -100,6 +100,24 @@ def test_bench_quick_plots_the_sweep_next_to_the_json(quick_run):
     assert len(side) == 1 and side[0].stat().st_size > 500
 
 
+def test_only_runs_the_phases_named(tmp_path):
+    """SPEC's `bench --only`: the named phases and no other (their figures, no error)."""
+    out = tmp_path / "only.json"
+    env = dict(os.environ)
+    env.pop("SCOPEDGPU_DEBUG", None)
+    res = subprocess.run([sys.executable, "-m", "scopedgpu", "bench", "--quick", "--no-cupy",
+                          "--no-c", "--only", "sequence churn", "--json", str(out)],
+                         capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+    assert res.returncode == 0, res.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert data["errors"] == {}
+    assert "sequence churn ..." in res.stderr and "latency ..." not in res.stderr
+    assert data["details"].keys() == {"seq_churn"}
+    bad = subprocess.run([sys.executable, "-m", "scopedgpu", "bench", "--only", "saxpyy"],
+                         capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
+    assert bad.returncode == 2 and "invalid choice: 'saxpyy'" in bad.stderr
+
+
 def test_python_m_bench_help_from_the_checkout():
     res = subprocess.run([sys.executable, "-m", "bench", "--help"], capture_output=True,
                          text=True, timeout=120, cwd=ROOT)
