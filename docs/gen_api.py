@@ -106,7 +106,10 @@ def _class(name: str, cls: type) -> list[str]:
         lines.append(f"Bases: {', '.join(f'`{b}`' for b in bases)}\n")
     lines.append(_doc(cls) + "\n")
     protocols = [p for p, m in (("context manager (`with`)", "__enter__"),
-                                ("`len()`", "__len__"), ("`np.asarray()`", "__array__"))
+                                ("`len()`", "__len__"), ("`np.asarray()`", "__array__"),
+                                ("`__array_interface__` (zero-copy)", "__array_interface__"),
+                                ("DLPack (`__dlpack__`, `__dlpack_device__`: "
+                                 "`np.from_dlpack()`, `torch.from_dlpack()`)", "__dlpack__"))
                  if hasattr(cls, m) and m in {k for c in cls.__mro__ if c is not object
                                                for k in vars(c)}]
     if protocols:

@@ -70,6 +70,34 @@ def _from_python(data: Any, dtype: Any) -> tuple[Any, Any]:
     return data, np.float32 if dtype is None else dtype
 
 
+# DLPack's device types (dlpack.h, DLDeviceType), for the message naming a device.
+_DL_DEVICES = {1: "CPU", 2: "CUDA", 3: "CUDA host (pinned)", 4: "OpenCL", 7: "Vulkan",
+               8: "Metal", 9: "VPI", 10: "ROCm", 11: "ROCm host (pinned)", 12: "ext_dev",
+               13: "CUDA managed", 14: "oneAPI", 15: "WebGPU", 16: "Hexagon", 17: "MAIA"}
+
+
+def _from_dlpack(data: Any) -> np.ndarray:
+    """tensor()'s DLPack input (a PyTorch CPU tensor, a JAX or CuPy array...): a numpy view
+    of its memory (np.from_dlpack, no copy here; tensor() copies it), keeping its dtype and
+    shape. Only memory on the CPU device: anything else raises TypeError naming the
+    device, before any copy."""
+    name = type(data).__name__
+    try:
+        dev_type, dev_id = data.__dlpack_device__()
+    except AttributeError:
+        dev_type, dev_id = 1, 0   # numpy asks for it too: from_dlpack says what is missing
+    if int(dev_type) != 1:
+        where = _DL_DEVICES.get(int(dev_type), f"DLPack device type {int(dev_type)}")
+        raise TypeError(f"mgr.tensor(): the {name} is in {where} memory (device "
+                        f"{int(dev_id)}); scopedgpu takes host (CPU) memory only: copy it "
+                        "to the host first (torch: .cpu(), CuPy: .get())")
+    try:
+        return np.from_dlpack(data)
+    except (TypeError, ValueError, BufferError, RuntimeError) as exc:
+        raise TypeError(f"mgr.tensor(): cannot read the {name} through DLPack: "
+                        f"{exc}") from exc
+
+
 class Manager(NoCopy):
     """One Vulkan device and everything made on it.
 
@@ -270,8 +298,11 @@ class Manager(NoCopy):
         if isinstance(data, Tensor):
             raise TypeError("mgr.tensor() copies array data; to copy a tensor on the device "
                             "use OpTensorCopy")
-        if not isinstance(data, np.ndarray) and not hasattr(data, "__array__"):
-            data, dtype = _from_python(data, dtype)
+        if not isinstance(data, np.ndarray):
+            if hasattr(data, "__dlpack__"):
+                data = _from_dlpack(data)
+            elif not hasattr(data, "__array__"):
+                data, dtype = _from_python(data, dtype)
         if isinstance(data, np.ndarray) and data.size * 8 > st.pool.size_ok:
             st.pool.check_request(data.size * np.dtype(dtype or data.dtype).itemsize, kind)
         try:

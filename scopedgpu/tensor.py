@@ -288,6 +288,39 @@ class Tensor(Child):
         arr = self.numpy()
         return arr if dtype is None else arr.astype(dtype, copy=False)
 
+    # -- array protocols: the host copy, zero-copy ----------------------------------------
+    @property
+    def __array_interface__(self) -> dict[str, Any]:
+        """numpy's array interface of data() (zero-copy): `np.asarray(t)` and
+        `np.array(t, copy=False)` are views of the host copy (numpy reads this before
+        __array__; `np.array(t)` and `t.numpy()` copy). Its "data" is the data() array
+        itself, not a bare address, so numpy makes that array the base of the view: the
+        memory lives as long as the view does, as data() views do. Raises DestroyedError
+        after destroy(), and for a "storage" tensor what data() raises."""
+        arr = self.data()
+        face = dict(arr.__array_interface__)
+        face["data"] = arr   # a buffer (C-contiguous): numpy holds it, not the tensor
+        face["strides"] = None
+        return face
+
+    def __dlpack__(self, *, stream: Any = None, max_version: tuple[int, int] | None = None,
+                   dl_device: tuple[int, int] | None = None,
+                   copy: bool | None = None) -> Any:
+        """DLPack export of data() (the array API standard's keywords; numpy's own
+        ndarray.__dlpack__ makes the capsule): `np.from_dlpack(t)` and
+        `torch.from_dlpack(t)` share the host copy without copying (copy=True asks for a
+        copy), and the capsule keeps that memory alive as data() views do. CPU only:
+        stream must be None and dl_device the CPU, as numpy requires. Raises
+        DestroyedError after destroy(), and for a "storage" tensor what data() raises."""
+        return self.data().__dlpack__(stream=stream, max_version=max_version,
+                                      dl_device=dl_device, copy=copy)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        """(1, 0): DLPack's CPU device (kDLCPU), where the host copy lives. Raises as
+        __dlpack__ does."""
+        dev: tuple[int, int] = self.data().__dlpack_device__()
+        return dev
+
     def __enter__(self: T) -> T:
         self._check()
         return self
