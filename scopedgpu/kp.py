@@ -207,12 +207,18 @@ class Tensor(NoCopy):
         self._manager = manager
         self._t = native
         self._dtype = dtype   # bool tensors are uint8 on the device
+        # The host arrays data() views were made over: numpy makes this tensor their
+        # base (kp's py::cast(&self)), so it must hold the memory itself, or a view taken
+        # before destroy() would show the pool range's next tensor.
+        self._held: list[np.ndarray] = []
 
     @property
     def __array_interface__(self) -> dict:
         # What data() wraps: numpy makes this tensor the base of the array (as kp's
         # py::array(size, ptr, py::cast(&self)) did), so the host memory stays alive.
         arr = self._t.data()
+        if not any(a is arr for a in self._held):
+            self._held.append(arr)
         if self._dtype == np.bool_:
             arr = arr.view(np.bool_)
         return arr.__array_interface__

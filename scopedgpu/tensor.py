@@ -278,13 +278,14 @@ class Tensor(Child):
         return self.data().copy()
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
-        """numpy 2's protocol: always a copy of the host data (a tensor cannot lend its
-        memory as an array of its own), so copy=False raises ValueError, as numpy does
-        for objects that cannot give a view; dtype converts the copy."""
+        """numpy 2's protocol, for callers that use it directly: a copy of the host data,
+        so copy=False raises ValueError; dtype converts the copy. (numpy itself reads
+        __array_interface__ first: np.asarray(t) is a view of data(), np.array(t) a
+        copy.)"""
         if copy is False:
             raise ValueError(f"{self!r} cannot be viewed without a copy (copy=False); "
                              "use t.data() for the zero-copy view of its host memory, or "
-                             "np.asarray(t) for a copy")
+                             "np.array(t) for a copy")
         arr = self.numpy()
         return arr if dtype is None else arr.astype(dtype, copy=False)
 

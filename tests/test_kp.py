@@ -601,3 +601,20 @@ def test_default_workgroup_beyond_the_device_limit_says_what_to_do(kmgr):
         kmgr.algorithm([t], compile_source(ADD_ONE))
     algo = kmgr.algorithm([t], compile_source(ADD_ONE), (maxc, 1, 1))   # at the limit
     assert algo.is_init()
+
+
+def test_data_taken_before_destroy_keeps_its_memory():
+    """data()'s base is the kp tensor (as in kp), which holds the host memory itself: a
+    view taken before destroy() never shows the pool range's next tensor (it showed
+    [100, 100, 100, 100] where 7 was written)."""
+    m = kp.Manager()
+    t = m.tensor_t(np.full(4, 7, np.uint32))
+    td = t.data()
+    t.destroy()
+    others = [m.tensor_t(np.full(4, 100, np.uint32)) for _ in range(8)]
+    for o in others:
+        m.sequence().eval(kp.OpTensorSyncDevice([o]))
+    assert td.tolist() == [7, 7, 7, 7]
+    td[:] = 9                                    # writes no other tensor's memory
+    assert all(o.data().tolist() == [100] * 4 for o in others)
+    m.destroy()
