@@ -10,7 +10,7 @@ import logging
 import math
 import numbers
 import weakref
-from typing import Any, Sequence as Seq, TypeVar
+from typing import Any, Callable, Sequence as Seq, TypeVar
 
 import numpy as np
 
@@ -426,7 +426,8 @@ class Manager(NoCopy):
     def stream(self, spirv: bytes, inputs: Seq[np.ndarray], outputs: Seq[np.ndarray], *,
                push_consts: Any = None, spec_consts: Any = None,
                workgroup: Seq[int] | None = None, chunk_bytes: int | None = None,
-               depth: int | None = None, workers: int | None = None) -> list[np.ndarray]:
+               depth: int | None = None, workers: int | None = None,
+               progress: Callable[[int, int], object] | None = None) -> list[np.ndarray]:
         """Runs a kernel over numpy arrays too big for one go, chunk by chunk along axis 0,
         with the upload of one chunk, the kernel on another and the download of a third
         overlapped (on the device's transfer queues when it has them). Binding i is the
@@ -444,11 +445,15 @@ class Manager(NoCopy):
         by the manager's next call once that work completed, or by close().
         The kernel must treat its bindings elementwise (each chunk is a separate dispatch
         over chunk-sized buffers; the last chunk's buffers are not shrunk, so a kernel
-        reads `length()` of them and its tail results are discarded)."""
+        reads `length()` of them and its tail results are discarded).
+        `progress(done, total)`, when given, is called in the calling thread each time a
+        chunk's outputs are written, with the chunks done and the chunks in all (a tqdm
+        bar: `progress=lambda done, total: bar.update(1)`); an exception it raises ends
+        the stream as any other does."""
         engine = self._open()
         return stream(self, engine, spirv, inputs, outputs, push_consts=push_consts,
                       spec_consts=spec_consts, workgroup=workgroup, chunk_bytes=chunk_bytes,
-                      depth=depth, workers=workers)
+                      depth=depth, workers=workers, progress=progress)
 
     def pinned(self, *arrays: np.ndarray) -> Pinned:
         """Imports the memory of C-contiguous numpy arrays (of dtypes tensor() takes: the

@@ -40,7 +40,7 @@ import numbers
 import os
 import time
 import threading
-from typing import Any, Sequence as Seq
+from typing import Any, Callable, Sequence as Seq
 
 import numpy as np
 
@@ -134,9 +134,11 @@ class Streamer:
     def __init__(self, mgr: Any, engine: Any, spirv: bytes, inputs: list[np.ndarray],
                  outputs: list[np.ndarray], *, shader: ShaderInfo,
                  local_size: tuple[int, int, int], push_consts: Any, spec_consts: Any,
-                 workgroup: Any, chunk_bytes: int, depth: int, workers: int):
+                 workgroup: Any, chunk_bytes: int, depth: int, workers: int,
+                 progress: Callable[[int, int], object] | None = None):
         self.mgr = mgr
         self.state = engine
+        self.progress = progress
         arrays: list[np.ndarray] = []
         names: list[str] = []    # binding i: arrays[i], called names[i] in errors
         for what, given in (("inputs", inputs), ("outputs", outputs)):
@@ -464,6 +466,8 @@ class Streamer:
                         self._enter(slot, "free")
                         finished += 1
                         progressed = True
+                        if self.progress is not None:   # (its exception ends the stream)
+                            self.progress(finished, self.nchunks)
             if not progressed:
                 self._wait_any()
 
@@ -588,9 +592,13 @@ class Streamer:
 def stream(mgr: Any, engine: Any, spirv: bytes, inputs: Seq[np.ndarray],
            outputs: Seq[np.ndarray], *, push_consts: Any = None, spec_consts: Any = None,
            workgroup: Any = None, chunk_bytes: int | None = None, depth: int | None = None,
-           workers: int | None = None) -> list[np.ndarray]:
+           workers: int | None = None,
+           progress: Callable[[int, int], object] | None = None) -> list[np.ndarray]:
     """Manager.stream(): every argument checked (a TypeError or ValueError naming it, its
     value and what is allowed) before anything is allocated."""
+    if progress is not None and not callable(progress):
+        raise TypeError(f"stream(): progress must be a callable taking (chunks done, chunks "
+                        f"in all), or None; not {type(progress).__name__} {progress!r}")
     ins = _arrays(inputs, "inputs", False, engine.info)
     outs = _arrays(outputs, "outputs", True, engine.info)
     if not outs:
@@ -620,6 +628,6 @@ def stream(mgr: Any, engine: Any, spirv: bytes, inputs: Seq[np.ndarray],
         encode_spec_consts(spec_consts, shader, "stream()"), shader))
     s = Streamer(mgr, engine, spirv, ins, outs, shader=shader, local_size=local,
                  push_consts=push_consts, spec_consts=spec_consts, workgroup=workgroup,
-                 chunk_bytes=chunk_bytes, depth=depth, workers=workers)
+                 chunk_bytes=chunk_bytes, depth=depth, workers=workers, progress=progress)
     s.run()
     return outs
