@@ -199,6 +199,7 @@ class PoolMachine(RuleBasedStateMachine):
         self.allocated = 0
         self.peak = 0
         self.sizes: list[int] = []
+        self.short = 0                  # times the pool ran short (called on_oom)
         STATS["examples"] += 1
 
     @initialize(device=st.sampled_from(["discrete", "cpu"]), align=st.sampled_from([16, 64, 256]),
@@ -269,6 +270,7 @@ class PoolMachine(RuleBasedStateMachine):
 
     def retire(self) -> None:
         """The pool's on_oom: the manager frees the ranges of finished work."""
+        self.short += 1
         while self.pending:
             a, _, _ = self.pending.pop()
             self.pool.free(a)
@@ -293,7 +295,7 @@ class PoolMachine(RuleBasedStateMachine):
         allocated0, peak0 = self.allocated, self.peak
         self.fake.refused_last = False
         self.fake.refuse, refused0 = refuse, self.fake.refused
-        destroyed0 = self.fake.destroyed
+        destroyed0, short0 = self.fake.destroyed, self.short
         try:
             got = call()
         except OutOfMemoryError as exc:
@@ -315,9 +317,10 @@ class PoolMachine(RuleBasedStateMachine):
             self.fake.refuse = 0
         STATS["refused"] += self.fake.refused - refused0
         # No block made while a free range of the sub-pool fitted (bins merged first),
-        # unless the pool ran short and emptied its cache (a block given back during the
-        # call), which may have held that range.
-        ran_short = self.fake.destroyed != destroyed0
+        # unless the pool ran short during the call: it then empties its cache, which may
+        # have held that range, and takes ranges of other sub-pools (alloc_pair's device
+        # range may take the host range that fitted).
+        ran_short = self.short != short0 or self.fake.destroyed != destroyed0
         grown = [b for s in self.pool._subs.values() for b in s.blocks.values()
                  if b.handle not in before and not ran_short]
         wrong = [(b.size, b.sub.kind) for b in grown if fitted[b.sub.kind]]
@@ -456,6 +459,8 @@ class PoolMachine(RuleBasedStateMachine):
         for size, mem_type, _, _ in fake.live.values():
             heaps[pool._heap_of(mem_type)[0]] += size
         assert pool.heap_reserved == heaps, (pool.heap_reserved, heaps)
+        most = pool.info.max_memory_allocation_size or 1 << 62
+        assert all(v[0] <= most for v in fake.live.values()), "a block above maxMemoryAllocationSize"
         assert all(n <= cap for n, cap in zip(heaps, pool.heap_size)), (heaps, pool.heap_size)
         assert stats["cached_bytes"] <= stats["cache_limit_bytes"]
         check_free_lists(pool, [a for a, _, _ in self.everything()])
@@ -639,6 +644,26 @@ def test_an_imported_host_block_stays_within_memory_limit():
     assert pool.reserved <= limit, (pool.reserved, limit)
     assert fake.live[c.block.handle] == (16, 1, True, False)   # driver memory, mapped
     for x in (a, b, c):
+        pool.free(x)
+    pool.empty_cache()
+    assert not fake.live
+
+
+def test_binned_ranges_merge_before_the_pool_grows():
+    """A freed small range waits unmerged in a bin of its size; a request that only the
+    merged bins can hold takes them, and the pool makes no block (bins never cost memory)."""
+    pool, fake = fake_pool(align=256)
+    n = 64 * 1024
+    live = [pool.alloc(n, "device") for _ in range(8 * MiB // n)]   # one full 8 MiB block
+    assert len(fake.live) == 1 and [a.offset for a in live] == list(range(0, 8 * MiB, n))
+    assert not pool._subs[("device", SMALL)].free
+    pool.free(live.pop(3))
+    pool.free(live.pop(3))               # [3n, 5n): two neighbours, in their bin
+    assert pool._subs[("device", SMALL)].binned == 2
+    a = pool.alloc(2 * n, "device")
+    assert (len(fake.live), a.block, a.offset) == (1, live[0].block, 3 * n), \
+        f"{len(fake.live)} blocks, the range at {a.offset}"
+    for x in live + [a]:
         pool.free(x)
     pool.empty_cache()
     assert not fake.live
