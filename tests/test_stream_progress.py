@@ -9,7 +9,6 @@ import threading
 import numpy as np
 import pytest
 
-import scopedgpu as sg
 from scopedgpu._shaders import builtin_spirv
 
 SAXPY = builtin_spirv("saxpy")      # binding 0: x, binding 1: y; y = a * x + y
