@@ -313,8 +313,12 @@ class Tensor(Child):
         copy), and the capsule keeps that memory alive as data() views do. CPU only:
         stream must be None and dl_device the CPU, as numpy requires. Raises
         DestroyedError after destroy(), and for a "storage" tensor what data() raises."""
-        return self.data().__dlpack__(stream=stream, max_version=max_version,
-                                      dl_device=dl_device, copy=copy)
+        # Only the keywords given: numpy 1.x's ndarray.__dlpack__ takes stream alone.
+        extra: dict[str, Any] = {k: v for k, v in (("max_version", max_version),
+                                                   ("dl_device", dl_device), ("copy", copy))
+                                 if v is not None}
+        arr: Any = self.data()
+        return arr.__dlpack__(stream=stream, **extra)
 
     def __dlpack_device__(self) -> tuple[int, int]:
         """(1, 0): DLPack's CPU device (kDLCPU), where the host copy lives. Raises as
