@@ -311,14 +311,25 @@ class Tensor(Child):
         ndarray.__dlpack__ makes the capsule): `np.from_dlpack(t)` and
         `torch.from_dlpack(t)` share the host copy without copying (copy=True asks for a
         copy), and the capsule keeps that memory alive as data() views do. CPU only:
-        stream must be None and dl_device the CPU, as numpy requires. Raises
+        stream must be None (ValueError otherwise) and dl_device the CPU (BufferError),
+        the same with every numpy; with numpy before 2.1, max_version still gives the
+        first protocol's capsule ("dltensor"), as the array API allows. Raises
         DestroyedError after destroy(), and for a "storage" tensor what data() raises."""
-        # Only the keywords given: numpy 1.x's ndarray.__dlpack__ takes stream alone.
-        extra: dict[str, Any] = {k: v for k, v in (("max_version", max_version),
-                                                   ("dl_device", dl_device), ("copy", copy))
-                                 if v is not None}
         arr: Any = self.data()
-        return arr.__dlpack__(stream=stream, **extra)
+        if stream is not None:
+            raise ValueError(f"{self!r}.__dlpack__: the host copy is on the CPU, which has "
+                             f"no streams: stream=None, not {stream!r}")
+        if dl_device is not None and tuple(dl_device) != (1, 0):
+            raise BufferError(f"{self!r}.__dlpack__: the host copy is on the CPU, device "
+                              f"(1, 0); dl_device={dl_device!r} needs a copy to that device")
+        if copy:
+            arr = arr.copy()
+        if max_version is None:
+            return arr.__dlpack__()
+        try:
+            return arr.__dlpack__(max_version=max_version)
+        except TypeError:   # numpy < 2.1 makes the first protocol's capsule alone
+            return arr.__dlpack__()
 
     def __dlpack_device__(self) -> tuple[int, int]:
         """(1, 0): DLPack's CPU device (kDLCPU), where the host copy lives. Raises as

@@ -15,6 +15,9 @@ import scopedgpu as sg
 
 TORCH_SKIP = ("PyTorch is not installed (not a test dependency: its CPU wheel would cost "
               "CI minutes); the numpy tests cover the same protocols")
+# numpy 2.1 made DLPack 1.0's versioned capsules (writable imports); before, max_version
+# gives the first kind, and np.from_dlpack makes read-only arrays.
+VERSIONED = tuple(int(v) for v in np.__version__.split(".")[:2]) >= (2, 1)
 
 
 class _DLPackOnly:
@@ -52,8 +55,10 @@ def test_exports_are_views_of_the_host_copy_across_a_kernel(mgr, kind, n):
     vb = np.asarray(b)
     vout = np.from_dlpack(out)
     assert vout.dtype == np.float32 and vout.shape == (n,)
+    # numpy before 2.1 makes every DLPack import read-only (the first protocol has no flag)
+    assert va.flags.writeable is VERSIONED and vb.flags.writeable
     x = np.arange(n, dtype=np.float32)
-    va[:] = x                 # written through the exports...
+    (va if VERSIONED else a.data())[:] = x   # written through the exports...
     vb[:] = 3
     assert np.shares_memory(va, a.data()) and np.shares_memory(vb, b.data())
     np.testing.assert_array_equal(a.data(), x)   # ...seen by data()
@@ -74,7 +79,8 @@ def test_array_interface_and_memoryview(mgr):
     assert face["data"] is t.data()
     v = np.asarray(t)
     assert v.base is not t and np.shares_memory(v, t.data())
-    m = memoryview(np.from_dlpack(t))
+    assert memoryview(np.from_dlpack(t)).readonly is not VERSIONED   # as numpy's own
+    m = memoryview(v)
     assert m.format == "i" and m.shape == (3, 4) and not m.readonly
     m[2, 3] = -5
     assert t.data()[2, 3] == -5 and v[2, 3] == -5
@@ -85,20 +91,37 @@ def test_array_interface_and_memoryview(mgr):
     t.destroy()
 
 
+class _Capsule:
+    """Hands numpy a capsule t.__dlpack__ made with the keywords under test: np.from_dlpack
+    takes copy= and device= from numpy 2.1 on, the tensor takes them with every numpy."""
+
+    def __init__(self, t: sg.Tensor, **kwargs):
+        self.capsule = t.__dlpack__(**kwargs)
+        self.device = t.__dlpack_device__()
+
+    def __dlpack__(self, **kwargs):
+        return self.capsule
+
+    def __dlpack_device__(self):
+        return self.device
+
+
 def test_dlpack_keywords_follow_numpy(mgr):
     t = mgr.tensor(np.arange(5, dtype=np.float32))
-    c = np.from_dlpack(t, copy=True)
+    c = np.from_dlpack(_Capsule(t, copy=True))
     assert not np.shares_memory(c, t.data())
     np.testing.assert_array_equal(c, np.arange(5, dtype=np.float32))
+    shared = np.from_dlpack(_Capsule(t, dl_device=(1, 0), copy=False))
+    assert np.shares_memory(shared, t.data())
     cap = t.__dlpack__(max_version=(1, 0))
-    assert "dltensor_versioned" in repr(cap)
+    assert ("dltensor_versioned" if VERSIONED else '"dltensor"') in repr(cap)
     assert '"dltensor"' in repr(t.__dlpack__())    # a consumer of the first protocol
-    del cap
-    with pytest.raises(RuntimeError, match="stream=None"):
-        t.__dlpack__(stream=1)
+    del cap, shared
+    with pytest.raises(ValueError, match="stream=None"):   # numpy's own: RuntimeError in
+        t.__dlpack__(stream=1)                             # 2.4, ValueError before
     with pytest.raises(BufferError, match="device"):
         t.__dlpack__(dl_device=(2, 0))       # CUDA: the host copy is on the CPU
-    np.testing.assert_array_equal(np.from_dlpack(t, device="cpu"), np.arange(5))
+    np.testing.assert_array_equal(np.from_dlpack(t), np.arange(5))
     t.destroy()
 
 
@@ -122,15 +145,17 @@ def test_exports_outlive_destroy_pool_reuse_and_close(mgr):
             u.destroy()
     for name, v in views.items():
         assert (v == 7).all(), f"{name}: the memory went back to the pool: {v[:4]}"
-        v[0] = 1              # still writable
-        assert v[0] == 1
-    del views, v
+        assert v.flags.writeable is (VERSIONED or name != "np.from_dlpack"), name
+    w = views["np.asarray"]
+    w[0] = 1                  # still writable
+    assert w[0] == 1
+    del views, v, w
     # ...and after the manager closed (the fixture's check is skipped by closing it)
     t = mgr.tensor(np.arange(4, dtype=np.float32))
     v, w = np.from_dlpack(t), np.asarray(t)
     mgr.close()
-    v[0] = 9
-    assert w[0] == 9
+    w[0] = 9
+    assert v[0] == 9
     np.testing.assert_array_equal(w, [9, 1, 2, 3])
 
 
