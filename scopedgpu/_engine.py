@@ -101,6 +101,7 @@ class Engine(Validation):
         self.wait_timeout = DEFAULT_WAIT_TIMEOUT
         self.gave_up = False     # close() waited wait_timeout in vain
         self.dev: Any = None
+        self.nqueues = 1         # compute queues the device was opened with (the manager)
         self.info: DeviceInfo = None  # type: ignore[assignment]
         self.pool: Pool = None  # type: ignore[assignment]
         self.tensors = ChildSet()       # of Tensor
@@ -116,6 +117,12 @@ class Engine(Validation):
         # it that the collector frees (closing the manager), instead of this state, which
         # its finalizer holds, keeping both alive until exit.
         self.running: dict[weakref.ref, None] = {}
+        # Handle -> the weak references of the sequences whose last submission uses it
+        # (their `inflight`), kept from submission to the sequence's next recording or
+        # end (Sequence._index): which running sequences use a handle, without a pass
+        # over every running sequence (release(), a host write's wait). A superset:
+        # readers keep the references that are running and use the handle now.
+        self.users: dict[Handle, set[weakref.ref]] = {}
         # Handles of objects that became unreachable; released at the next safe point.
         self.garbage: collections.deque[Handle] = collections.deque()
         # weakref to a live child -> the handle it owns (see Child.__init__)
@@ -220,13 +227,7 @@ class Engine(Validation):
             else:
                 self.release(garbage.popleft())
         if self.running:
-            for seq in self.running_seqs():
-                # An error (not known to be complete) leaves it running: the next wait
-                # on it reports the error. (A sequence destroyed while it ran keeps its
-                # sg_seq until it completes; see Sequence.destroy.)
-                h = seq.fence
-                if h is not None and _vk.seq_status(h) == 0:
-                    seq.finish()
+            self.poll_running()
         if self.oneoffs:
             self.finish_oneoffs()
         if self.doomed:
@@ -241,6 +242,38 @@ class Engine(Validation):
         if self.streams:
             self.reap_streams()
 
+    def poll_running(self) -> None:
+        """Completes the running sequences whose fences signalled, polling each queue's
+        from its oldest submission and stopping at the first still pending: a fence
+        signals only after every command submitted before it to the same queue
+        completed (its first synchronization scope), so a later one there is pending
+        too. O(completed + queues), not O(running): a service with a thousand requests in
+        flight polls one fence per call. A sequence whose fence signalled out of that
+        order (never seen) is completed by the next poll after the older ones, or by its
+        own wait. A poll that fails (not known complete) leaves it running, and its
+        queue is polled no further: the next wait on it reports the error. (A sequence
+        destroyed while it ran keeps its sg_seq until it completes; see
+        Sequence.destroy.)"""
+        done: list[Any] = []
+        blocked: set[int] = set()
+        status = _vk.seq_status
+        for ref in self.running:      # submission order: a submission enters it last
+            seq = ref()
+            if seq is None:
+                continue
+            q = seq.queue
+            if q in blocked:
+                continue
+            h = seq.fence
+            if h is not None and status(h) == 0:
+                done.append(seq)
+            else:
+                blocked.add(q)
+                if len(blocked) >= self.nqueues:
+                    break
+        for seq in done:
+            seq.finish()
+
     def reap_streams(self, deadline: float | None = None) -> None:
         """Frees what stream() calls interrupted by Ctrl-C left, once the GPU is done with
         it (with a deadline, waiting until then). Streams under way are their own
@@ -249,14 +282,53 @@ class Engine(Validation):
             if not s.active:
                 s.reap(deadline)
 
+    def index(self, ref: weakref.ref, old: frozenset[Handle], new: frozenset[Handle]) -> None:
+        """Moves a sequence's entries in `users` from the handles of its previous submission
+        to those of its next (new: empty at its end). Safe to run again: a run cut short
+        leaves extra entries, which readers ignore, and the caller repeats it."""
+        users = self.users
+        for h in old:
+            if h not in new:
+                refs = users.get(h)
+                if refs is not None:
+                    refs.discard(ref)
+                    if not refs:
+                        users.pop(h, None)
+        for h in new:
+            refs = users.get(h)
+            if refs is None:
+                users[h] = {ref}
+            else:
+                if len(refs) > 64:   # sequences collected unreachable leave dead references
+                    refs.difference_update([r for r in refs if r() is None])
+                refs.add(ref)
+
+    def running_users(self, handle: Handle, exclude: Any = None) -> list[Any]:
+        """The running sequences whose submission uses the handle (exclude: one to leave
+        out)."""
+        refs = self.users.get(handle)
+        if not refs:
+            return []
+        running = self.running
+        out = []
+        for r in refs:
+            if r in running:
+                seq = r()
+                if seq is not None and seq is not exclude and handle in seq.inflight:
+                    out.append(seq)
+        return out
+
     def release(self, handle: Handle) -> None:
         """Releases now, or once every running sequence that uses the handle completed."""
-        users = ({s.ref for s in self.running_seqs() if handle in s.inflight}
-                 if self.running else None)
-        if users:
-            self.deferred.append((users, handle))
+        if self.running:
+            users = {s.ref for s in self.running_users(handle)}
+            self.users.pop(handle, None)
+            if users:
+                self.deferred.append((users, handle))
+                return
         else:
-            handle.release(self, False)
+            self.users.pop(handle, None)
+        handle.release(self, False)
 
     def completed(self, seq: Any) -> None:
         if not self.deferred:
@@ -458,6 +530,7 @@ def shutdown(state: Engine) -> None:
                 except Exception:
                     log.exception("completing a collected sequence while closing")
             state.running.clear()
+            state.users.clear()
             for users, handle in state.deferred:
                 handle.release(state, True)
             state.deferred.clear()

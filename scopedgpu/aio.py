@@ -13,11 +13,13 @@
 How the wait is made: one waiter thread per process, shared by every awaited sequence of
 every manager and every event loop, waits on the fence of the oldest pending sequence
 (the manager's lock released, as `eval_await` does) in slices of `SLICE` seconds and polls
-the others between slices; each completed sequence resolves its future through
-`loop.call_soon_threadsafe`. Why not poll from the loop with `asyncio.sleep`: the loop's
-timers have a resolution of one millisecond (epoll), so every await would cost at least
+the others between slices, each queue from its oldest entry up to the first still
+running (a fence signals only after the earlier submissions to its queue completed);
+the sequences completed in one step resolve their futures through one
+`loop.call_soon_threadsafe` per event loop. Why not poll from the loop with
+`asyncio.sleep`: the loop's timers have a resolution of one millisecond (epoll), so every await would cost at least
 that, even for a dispatch of 20 us, and every poll would wake the loop; the waiter thread
-wakes the loop once per completed sequence, tens of microseconds after the fence
+wakes the loop once per batch of completed sequences, tens of microseconds after the fence
 signals, and the completion work (the host copies of `OpTensorSyncLocal`) runs on the
 waiter thread, not on the loop. Why not a thread per wait (`asyncio.to_thread`): a
 thousand concurrent requests would park a thousand threads. The cost: one thread asleep
@@ -55,22 +57,25 @@ class _Entry:
     settles its future, so that nothing of the waiter's, a local of its loop included,
     keeps the sequence (and through it its manager, tensors and algorithms) alive once
     the wait is over."""
-    __slots__ = ("seq", "loop", "fut")
+    __slots__ = ("seq", "loop", "fut", "key")
 
     def __init__(self, seq: Sequence, loop: asyncio.AbstractEventLoop, fut: asyncio.Future):
         self.seq: Any = seq
         self.loop: Any = loop
         self.fut: Any = fut
+        # Its queue: fences of one queue signal in the order of submission (see _step).
+        self.key = (id(seq.lock), seq.queue)
 
 
-def _settle(fut: asyncio.Future, exc: BaseException | None) -> None:
-    """Runs on the future's loop."""
-    if fut.done():          # cancelled meanwhile
-        return
-    if exc is None:
-        fut.set_result(True)
-    else:
-        fut.set_exception(exc)
+def _settle_many(futs: list[tuple[asyncio.Future, BaseException | None]]) -> None:
+    """Runs on the futures' loop: settles each (one cancelled meanwhile is left alone)."""
+    for fut, exc in futs:
+        if fut.done():
+            continue
+        if exc is None:
+            fut.set_result(True)
+        else:
+            fut.set_exception(exc)
 
 
 class _Waiter:
@@ -91,7 +96,11 @@ class _Waiter:
                 self.thread.start()
             self.cond.notify()
 
-    def _resolve(self, entry: _Entry, exc: BaseException | None) -> None:
+    def _resolve(self, entry: _Entry, exc: BaseException | None,
+                 settled: dict[Any, list[tuple[asyncio.Future, BaseException | None]]]
+                 ) -> None:
+        """Takes the entry out of the pending list and adds its future to `settled` (by
+        loop), which _settle_all() hands to each loop in one call."""
         with self.cond:
             try:
                 self.pending.remove(entry)
@@ -101,15 +110,24 @@ class _Waiter:
             # nothing of its left here.
             loop, fut = entry.loop, entry.fut
             entry.seq = entry.loop = entry.fut = None
-        try:
-            loop.call_soon_threadsafe(_settle, fut, exc)
-        except RuntimeError:
-            pass             # the loop was closed: nobody is waiting any more
+        settled.setdefault(loop, []).append((fut, exc))
 
-    def _done(self, entry: _Entry) -> bool:
+    @staticmethod
+    def _settle_all(settled: dict[Any, list[tuple[asyncio.Future, BaseException | None]]]
+                    ) -> None:
+        """One call_soon_threadsafe per loop for every future settled in a step: one
+        wake-up of the loop for a batch of completions, not one each."""
+        for loop, futs in settled.items():
+            try:
+                loop.call_soon_threadsafe(_settle_many, futs)
+            except RuntimeError:
+                pass             # the loop was closed: nobody is waiting any more
+        settled.clear()
+
+    def _done(self, entry: _Entry, settled: dict[Any, Any]) -> bool:
         """Polls one entry without blocking; True when it was resolved."""
         if entry.fut.done():          # cancelled: stop watching (the GPU work runs on)
-            self._resolve(entry, None)
+            self._resolve(entry, None, settled)
             return True
         # Never blocks on the manager's lock: a thread holding it (wait_idle, close, an
         # upload) must not hold up the sequences of every other manager and loop.
@@ -119,44 +137,73 @@ class _Waiter:
         try:
             running = entry.seq.is_running
         except BaseException as exc:  # a failed fence poll (DeviceError)
-            self._resolve(entry, exc)
+            self._resolve(entry, exc, settled)
             return True
         finally:
             lock.release()
         if not running:
-            self._resolve(entry, None)
+            self._resolve(entry, None, settled)
             return True
         return False
 
     def _loop(self) -> None:
+        full = True
         while True:
             with self.cond:
                 while not self.pending:
                     self.cond.wait()
-            self._step()   # its locals (the batch) are gone before the next wait
+            full = self._step(full)   # its locals (the batch) are gone before the next wait
 
-    def _step(self) -> None:
-        """Polls every pending entry, then waits one slice on the oldest still running.
-        (No local here names a sequence: the entries are emptied as they are resolved.)"""
+    def _step(self, full: bool) -> bool:
+        """Polls the pending entries, then waits one slice on the oldest still running;
+        returns whether the next step polls every entry. (No local here names a sequence
+        once the step returns: the entries are emptied as they are resolved.)
+
+        Entries are kept in the order they were added, which on one event loop is the
+        order of submission, and a fence signals only after every earlier submission to
+        its queue completed: so each (manager, queue) is polled from its oldest entry up
+        to the first still running, not further (O(completed), not O(pending), per step:
+        a thousand requests in flight cost one poll per step, not a thousand). Entries
+        added out of that order (other threads, other loops) cost at most one slice: a
+        step after a slice that ended without completion polls every entry."""
+        settled: dict[Any, list[tuple[asyncio.Future, BaseException | None]]] = {}
         with self.cond:
             batch = list(self.pending)
-        left = [e for e in batch if not self._done(e)]
+        left = []
+        blocked: set[tuple[int, int]] = set()
+        for e in batch:
+            key = e.key
+            if not full and key in blocked and not e.fut.done():
+                left.append(e)
+                continue
+            if not self._done(e, settled):
+                blocked.add(key)
+                left.append(e)
+        del batch
+        if settled:
+            self._settle_all(settled)
         if not left:
-            return
+            return False
         oldest = left[0]
+        del left
         try:
             done = oldest.seq.eval_await(SLICE)   # GIL and manager lock released
         except DestroyedError as exc:
             # Destroyed (or its manager closed) meanwhile: both complete its work first.
             if oldest.seq.is_running:
-                self._resolve(oldest, exc)
-                return
+                self._resolve(oldest, exc, settled)
+                self._settle_all(settled)
+                return False
             done = True
         except BaseException as exc:
-            self._resolve(oldest, exc)
-            return
+            self._resolve(oldest, exc, settled)
+            self._settle_all(settled)
+            return False
         if done:
-            self._resolve(oldest, None)
+            self._resolve(oldest, None, settled)
+            self._settle_all(settled)
+            return False
+        return True
 
 
 _waiter = _Waiter()

@@ -202,6 +202,7 @@ class Manager(NoCopy):
             self._finalizer()
             raise
         self._nqueues = _vk.device_queue_count(state.dev)
+        state.nqueues = self._nqueues
         self._dtypes_ok: set[np.dtype] = set()   # native-order dtypes this device supports
 
     # -- life ------------------------------------------------------------------------------

@@ -174,6 +174,7 @@ class Sequence(Child):
         self._gen = 0            # submissions so far: a wait completes only its own
         self._zombie: Handle | None = None   # see destroy()
         self._inflight: frozenset[Handle] = frozenset()
+        self._indexed: frozenset[Handle] = _EMPTY   # its entries in state.users
         self._timestamps: list[int] | None = None
         self._nts = 0    # timestamps the command buffer writes (its last recording)
         self._ts_due = False   # the last submission writes them (see eval_async)
@@ -360,9 +361,10 @@ class Sequence(Child):
         # use the same memory: wait for those first.
         written = self._host_written
         if written and state.running:
-            for other in state.running_seqs():
-                if other is not self and not other._inflight.isdisjoint(written):
-                    other._wait_locked()
+            for th in written:
+                for other in state.running_users(th, self):
+                    if other._running:
+                        other._wait_locked()
         if self._zeroes and not all(th.fresh for th in self._touched):
             # Recorded (with its zeros) and not submitted (an interrupt, a failed
             # submission), and since then another submission wrote those tensors.
@@ -377,7 +379,11 @@ class Sequence(Child):
                 self._record_commands()
         for op_ in self._pre_ops:
             op_.pre_submit()
-        self._inflight = self._rec_inflight
+        inflight = self._rec_inflight
+        if inflight is not self._indexed:   # a new recording: its handles' users
+            state.index(self._ref, self._indexed, inflight)
+            self._indexed = inflight
+        self._inflight = inflight
         self._gen += 1
         if self._want_timestamps:
             self._timestamps = None
@@ -527,6 +533,8 @@ class Sequence(Child):
         self._running = False
         state.running.pop(self._ref, None); self._roots.running.discard(self)  # noqa: E702
         self._inflight = _EMPTY
+        if self._destroyed:   # (destroyed while it ran: see _drop_ops)
+            self._unindex()
         if state.deferred:
             state.completed(self)
         zombie = self._zombie
@@ -681,6 +689,8 @@ class Sequence(Child):
             if algo is not None:
                 algo.release_now()
         owned.clear()
+        if not self._running:   # (else at its completion: what it runs stays in use)
+            self._unindex()
         self._ops.clear()
         self._objs.clear()
         self._pre_ops.clear()
@@ -690,12 +700,23 @@ class Sequence(Child):
         self._touched = []
         self._zeroes = False
 
+    def _unindex(self) -> None:
+        """Takes its entries out of state.users. Safe to run again."""
+        if self._indexed:
+            self._state.index(self._ref, self._indexed, _EMPTY)
+            self._indexed = _EMPTY
+
     # -- the package's interface (the engine) ---------------------------------------
     @property
     def fence(self) -> Any:
         """The sg_seq of its last submission (kept by a sequence destroyed while it ran,
         until that completes); None once released (package-internal)."""
         return self._handle.seq  # type: ignore[attr-defined]
+
+    @property
+    def queue(self) -> int:
+        """The index of the queue it is submitted to (package-internal)."""
+        return self._queue
 
     @property
     def inflight(self) -> frozenset[Handle]:
