@@ -10,7 +10,8 @@ or without CuPy, the rows stay and say so; no ratio is made up.
 Sizes come from what the device reports (maxStorageBufferRange, heap size), never
 hard-coded: 2^26 floats and 256 MiB where they fit, less where they do not (lavapipe).
 --quick runs everything small, for CI. The transfer figures (the large upload and
-download, the size sweep from 4 KiB, the streamed saxpy) live in bench/transfers.py.
+download, the size sweep from 4 KiB, the streamed saxpy) live in bench/transfers.py, the
+dispatch chain in bench/chain.py, the serving workload in bench/serve.py.
 
 The suite uses scopedgpu's public API only (and the built-in shaders' files).
 """
@@ -124,7 +125,7 @@ class Bench:
 
     # phases
     def run(self) -> dict[str, Any]:
-        from . import transfers
+        from . import chain, serve, transfers
         a = self.args
         saxpy_spv = builtin_shader("saxpy")
         self.spirv = saxpy_spv.read_bytes()
@@ -160,12 +161,14 @@ class Bench:
         try:
             # (the names --only takes: PHASES)
             self.phase("latency", self.bench_latency)
+            self.phase("dispatch chain", lambda: chain.bench_dispatch_chain(self))
             self.phase("saxpy", self.bench_saxpy)
             self.phase("transfers", lambda: transfers.bench_transfers(self))
             self.phase("transfer sweep", lambda: transfers.bench_transfer_sweep(self))
             self.phase("stream", lambda: transfers.bench_stream(self))
             self.phase("sequence churn", self.bench_seq_churn)
             self.phase("tensor churn", self.bench_tensor_churn)
+            self.phase("serve", lambda: serve.bench_serve(self))
             self.phase("long churn", self.bench_long_churn)
         finally:
             mgr.close()
