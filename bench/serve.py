@@ -117,7 +117,8 @@ def pct(sorted_values: list[float], p: float) -> float:
 def bench_serve(b: Bench) -> None:
     mgr = b.m
     spirv = scale_spirv()
-    seconds = 0.1 if b.quick else 0.5       # per level, and at least two requests a slot
+    # Per level: this long, and at least two requests a slot and enough for a p99.
+    seconds, least = (0.1, 200) if b.quick else (0.5, 1000)
     data = requests()
     asyncio.run(serve_level(mgr, spirv, 16, 0.0, 200, data))      # pipeline, pool, caches
     gc.collect()
@@ -126,7 +127,7 @@ def bench_serve(b: Bench) -> None:
     rss0 = rss_bytes()
     levels: list[dict[str, Any]] = []
     for c in SERVE_LEVELS:
-        r = asyncio.run(serve_level(mgr, spirv, c, seconds, 2 * c, data))
+        r = asyncio.run(serve_level(mgr, spirv, c, seconds, max(2 * c, least), data))
         lat = r.pop("latencies")
         r.update(p50_us=pct(lat, 0.5) * 1e6, p99_us=pct(lat, 0.99) * 1e6,
                  mean_us=sum(lat) / len(lat) * 1e6)
