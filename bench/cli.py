@@ -13,16 +13,34 @@ from .report import markdown, table
 
 HERE = Path(__file__).resolve().parent
 
-WHAT = ("measure dispatch latency, saxpy bandwidth, host<->device transfers (large, and "
-        "every size from 4 KiB to 4 MiB), a streamed kernel, object churn and memory "
+WHAT = ("measure dispatch latency, chains of dependent dispatches, saxpy bandwidth, "
+        "host<->device transfers (large, and every size from 4 KiB to 4 MiB), a streamed "
+        "kernel, object churn, a request-serving workload through asyncio and memory "
         "growth, each next to a plain-C Vulkan yardstick run on the same device (and CuPy "
-        "where present)")
+        "where present, in a process of its own)")
 HELP = "measure the performance figures next to a plain-C Vulkan yardstick"
 
 
 # The phases of the suite, in the order they run (bench/suite.py's run()).
-PHASES = ["latency", "saxpy", "transfers", "transfer sweep", "stream", "sequence churn",
-          "tensor churn", "long churn"]
+PHASES = ["latency", "dispatch chain", "saxpy", "transfers", "transfer sweep", "stream",
+          "sequence churn", "tensor churn", "serve", "long churn"]
+
+
+class OnlyAction(argparse.Action):
+    """--only PHASE[,PHASE...], repeatable; an underscore stands for a space
+    (`--only serve,dispatch_chain`). A name that is no phase is argparse's usage error."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        chosen = list(getattr(namespace, self.dest, None) or [])
+        for name in str(values).split(","):
+            phase = name.strip().replace("_", " ")
+            if phase not in PHASES:
+                parser.error(f"argument {option_string}: invalid choice: {name.strip()!r} "
+                             f"(choose from {', '.join(map(repr, PHASES))})")
+            if phase not in chosen:
+                chosen.append(phase)
+        setattr(namespace, self.dest, chosen)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -43,8 +61,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "on a CPU device)")
     p.add_argument("--stream-chunk-mib", type=float, default=None,
                    help="chunk of the stream in MiB (default 8, Manager.stream's)")
-    p.add_argument("--only", metavar="PHASE", action="append", choices=PHASES, default=None,
-                   help="run only this phase (repeatable): " + ", ".join(PHASES))
+    p.add_argument("--only", metavar="PHASE[,PHASE...]", action=OnlyAction, default=None,
+                   help="run only these phases (repeatable; '_' for a space): "
+                        + ", ".join(PHASES))
     p.add_argument("--no-c", action="store_true", help="skip the C yardstick")
     p.add_argument("--no-cupy", action="store_true", help="skip CuPy even if importable")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")

@@ -11,6 +11,13 @@ SPEC_STREAM_RATIO = 0.80
 SPEC_SEQ_CHURN = 20_000
 SPEC_POOL_CHURN = 200_000
 SPEC_RSS_MIB = 16
+SPEC_SERVE_RATE = 10_000     # requests/s at SERVE_GOAL_AT in flight
+SPEC_SERVE_P99 = 4.0         # p99 / p50 at every level up to SERVE_P99_UP_TO in flight
+SPEC_CHAIN_RATIO = 0.95      # of C's rate per dispatch
+SERVE_LEVELS = (1, 16, 64, 256, 1024)   # requests in flight
+SERVE_GOAL_AT = 64
+SERVE_P99_UP_TO = 256
+CHAIN_KS = (1, 10, 100, 1000)           # dependent dispatches in one sequence
 
 
 class Figure(NamedTuple):
@@ -41,6 +48,8 @@ FIGURES = [
 ]
 FIXED = {f.key: f for f in FIGURES}
 TRANSFER_PREFIX = "transfer_"   # transfer_4KiB ... transfer_256MiB: one figure per size
+CHAIN_PREFIX = "dispatch_chain_"   # dispatch_chain_1 ... dispatch_chain_1000: one per k
+SERVE_PREFIX = "serve_"         # serve_1 ... serve_1024: one per level of concurrency
 
 
 def transfer_figure(name: str) -> Figure:
@@ -48,16 +57,74 @@ def transfer_figure(name: str) -> Figure:
                   f">= {SPEC_TRANSFER_RATIO:.0%} of C best path")
 
 
+def chain_figure(k: int) -> Figure:
+    return Figure(f"{CHAIN_PREFIX}{k}", f"{k:,} dependent dispatches in one sequence, "
+                  "per dispatch (median)", "us",
+                  f"<= {1 / SPEC_CHAIN_RATIO:.2f}x C ({SPEC_CHAIN_RATIO:.0%} of its rate), "
+                  "<= CUDA graph")
+
+
+def serve_goal(concurrency: int) -> str:
+    parts = []
+    if concurrency == SERVE_GOAL_AT:
+        parts.append(f">= {SPEC_SERVE_RATE:,}/s")
+    if concurrency == SERVE_LEVELS[-1]:
+        parts.append(f">= the rate at {SERVE_LEVELS[1]}")
+    if concurrency <= SERVE_P99_UP_TO:
+        parts.append(f"p99 <= {SPEC_SERVE_P99:g}x p50")
+    return "; ".join(parts)
+
+
+def serve_figure(concurrency: int) -> Figure:
+    return Figure(f"{SERVE_PREFIX}{concurrency}", "serving 16 KiB requests through aio, "
+                  f"{concurrency:,} in flight", "1/s", serve_goal(concurrency))
+
+
+# Figures of several rows, each group after the fixed figure it follows, in order of size.
+GROUPS = {"latency": CHAIN_PREFIX, "download": TRANSFER_PREFIX, "tensor_churn": SERVE_PREFIX}
+
+
+def _group_order(f: dict[str, Any]) -> float:
+    return float(f.get("bytes") or f.get("k") or f.get("in_flight") or 0)
+
+
 def figure_keys(results: dict[str, Any]) -> list[str]:
-    """Fixed figures in their order, the per-size transfer figures after `download`."""
-    sweep = [k for k in results.get("figures", {}) if k.startswith(TRANSFER_PREFIX)]
-    sweep.sort(key=lambda k: results["figures"][k].get("bytes") or 0)
+    """Fixed figures in their order; after `latency` the dispatch-chain figures, after
+    `download` the per-size transfer figures, after `tensor_churn` the serve figures."""
+    figs = results.get("figures", {})
     keys: list[str] = []
     for f in FIGURES:
         keys.append(f.key)
-        if f.key == "download":
-            keys += sweep
+        prefix = GROUPS.get(f.key)
+        if prefix:
+            keys += sorted((k for k in figs if k.startswith(prefix)),
+                           key=lambda k: _group_order(figs[k]))
     return keys
+
+
+def notes(results: dict[str, Any]) -> list[str]:
+    """Lines under the table for the figures of several rows: each serve level's
+    latencies, RSS and live objects; CuPy's launches beside its graph."""
+    out = []
+    serve = results.get("details", {}).get("serve")
+    if serve:
+        for r in serve.get("levels", []):
+            c = r.get("c") or {}
+            out.append(f"serve, {r['in_flight']:,} in flight: {r['requests']:,} requests, "
+                       f"p50 {num(r['p50_us'])} us, p99 {num(r['p99_us'])} us "
+                       f"(p99/p50 {num(r['p99_over_p50'])}), wrong results "
+                       f"{r['wrong']}; C: p50 {num(c.get('p50_us'))} us, "
+                       f"p99 {num(c.get('p99_us'))} us")
+        out.append(f"serve: RSS {serve['rss_growth_mib']:+.1f} MiB over "
+                   f"{serve['requests']:,} requests; live objects "
+                   + ("back to baseline" if not serve["live_delta"]
+                      else f"changed: {serve['live_delta']}"))
+    for key in figure_keys(results):
+        f = results.get("figures", {}).get(key) or {}
+        if key.startswith(CHAIN_PREFIX) and f.get("cupy_launch_us") is not None:
+            out.append(f"dispatch chain, k = {f['k']:,}: CuPy {num(f['cupy_launch_us'])} us "
+                       f"a launch, {num(f.get('cupy'))} us a kernel in a CUDA graph")
+    return out
 
 
 def num(v: Any, unit: str = "") -> str:
@@ -115,6 +182,7 @@ def table(results: dict[str, Any]) -> str:
     if st.get("c_queues"):
         tail.append(f"stream: C concurrent DMA on {st['c_queues']}; H2D alone "
                     f"{num(st.get('c_h2d_gbps'))} GB/s, D2H alone {num(st.get('c_d2h_gbps'))} GB/s")
+    tail += notes(results)
     for note in results.get("details", {}).get("transfer_sweep_notes", []):
         tail.append(f"transfer sweep: {note}")
     if meta.get("device_type") == "cpu":
@@ -136,4 +204,7 @@ def markdown(results: dict[str, Any]) -> str:
            f"{meta.get('time_utc')}; command: `{meta.get('command')}`", "",
            "| " + " | ".join(HEAD) + " |", "|" + "---|" * len(HEAD)]
     out += ["| " + " | ".join(r) + " |" for r in _rows(results)]
+    extra = notes(results)
+    if extra:
+        out += [""] + [f"- {line}" for line in extra]
     return "\n".join(out)

@@ -3,13 +3,15 @@ yardstick measured in the same run on the same device, and the ratio.
 
 Yardsticks: a plain C program against Vulkan (bench/yardstick.c, compiled at run time with
 the system C compiler and cached under build/bench/), driving the same SPIR-V on the same
-device; and CuPy where it imports. Without a C compiler, or without CuPy, the rows stay
-and say so; no ratio is made up.
+device; and CuPy where it imports, always in a child process (bench/cupy_child.py), so
+that no CUDA context shares this process with scopedgpu's figures. Without a C compiler,
+or without CuPy, the rows stay and say so; no ratio is made up.
 
 Sizes come from what the device reports (maxStorageBufferRange, heap size), never
 hard-coded: 2^26 floats and 256 MiB where they fit, less where they do not (lavapipe).
 --quick runs everything small, for CI. The transfer figures (the large upload and
-download, the size sweep from 4 KiB, the streamed saxpy) live in bench/transfers.py.
+download, the size sweep from 4 KiB, the streamed saxpy) live in bench/transfers.py, the
+dispatch chain in bench/chain.py, the serving workload in bench/serve.py.
 
 The suite uses scopedgpu's public API only (and the built-in shaders' files).
 """
@@ -30,7 +32,8 @@ import numpy as np
 import scopedgpu as sg
 from scopedgpu.ops import elementwise_groups
 
-from .common import MiB, Progress, builtin_shader, load_cupy, pow2_floor, rss_bytes
+from .common import MiB, Progress, builtin_shader, pow2_floor, rss_bytes
+from .cupy_child import CupyChild
 from .report import (
     FIXED,
     SAXPY_K,
@@ -53,7 +56,7 @@ class Bench:
         # errors: a phase that failed; notes: an optional yardstick (CuPy) that failed
         self.results: dict[str, Any] = {"figures": {}, "sweeps": {}, "details": {},
                                         "errors": {}, "notes": {}}
-        self.cp: Any = None if args.no_cupy else load_cupy()
+        self.cupy = CupyChild(not args.no_cupy, self.p.say)
         self.mgr: sg.Manager | None = None
         self.c = Yardstick(None, "not built yet", builtin_shader("saxpy"), 0, self.p.say)
 
@@ -71,6 +74,26 @@ class Bench:
                "goal": goal, "goal_met": met}
         rec.update(extra)
         self.results["figures"][key] = rec
+
+    def cupy_tasks(self, note: str, tasks: list[dict[str, Any]]
+                   ) -> list[dict[str, Any] | None]:
+        """CuPy's results for tasks, in order, from one child process (None for each where
+        CuPy is unavailable or the task failed; a failure goes to notes[note])."""
+        if not self.cupy.available:
+            return [None] * len(tasks)
+        res = self.cupy.run(tasks)
+        out: list[dict[str, Any] | None] = []
+        errors = []
+        for i in range(len(tasks)):
+            r = res[i] if i < len(res) else None
+            if r is None or "error" in r:
+                errors.append(r["error"] if r else "no result (the child died: "
+                              + ("; ".join(self.cupy.errors[-1:]) or "?") + ")")
+                r = None
+            out.append(r)
+        if errors:
+            self.results["notes"][note] = "; ".join(dict.fromkeys(errors))
+        return out
 
     def timed_reps(self, fn: Callable[[], Any], min_time: float, min_reps: int = 3,
                    max_reps: int = 50) -> list[float]:
@@ -102,7 +125,7 @@ class Bench:
 
     # phases
     def run(self) -> dict[str, Any]:
-        from . import transfers
+        from . import chain, serve, transfers
         a = self.args
         saxpy_spv = builtin_shader("saxpy")
         self.spirv = saxpy_spv.read_bytes()
@@ -110,6 +133,7 @@ class Bench:
         info = self.info = mgr.device
         exe, note = (None, "disabled by --no-c") if a.no_c else build_yardstick(self.p.say)
         self.p.say(f"C yardstick: {note}")
+        self.p.say(f"CuPy: {self.cupy.note}")
         self.c = Yardstick(exe, note, saxpy_spv, info.index, self.p.say)
         heap = info.memory_bytes or (1 << 30)
         rng = int(info.max_storage_buffer_range)
@@ -129,7 +153,7 @@ class Bench:
             "python": platform.python_version(), "numpy": np.__version__,
             "platform": platform.platform(), "cpus": os.cpu_count(),
             "scopedgpu": sg.__version__, "c_yardstick": note,
-            "cupy": getattr(self.cp, "__version__", None),
+            "cupy": self.cupy.version, "cupy_note": self.cupy.note,
             "saxpy_n": self.saxpy_n, "transfer_bytes": self.xfer_bytes,
         }
         self.p.say(f"device: {info}; saxpy 2^{self.saxpy_n.bit_length() - 1} floats, "
@@ -137,12 +161,14 @@ class Bench:
         try:
             # (the names --only takes: PHASES)
             self.phase("latency", self.bench_latency)
+            self.phase("dispatch chain", lambda: chain.bench_dispatch_chain(self))
             self.phase("saxpy", self.bench_saxpy)
             self.phase("transfers", lambda: transfers.bench_transfers(self))
             self.phase("transfer sweep", lambda: transfers.bench_transfer_sweep(self))
             self.phase("stream", lambda: transfers.bench_stream(self))
             self.phase("sequence churn", self.bench_seq_churn)
             self.phase("tensor churn", self.bench_tensor_churn)
+            self.phase("serve", lambda: serve.bench_serve(self))
             self.phase("long churn", self.bench_long_churn)
         finally:
             mgr.close()
@@ -150,6 +176,8 @@ class Bench:
         self.results["meta"]["c_device"] = self.c.device
         if self.c.errors:
             self.results["notes"]["c_yardstick"] = "; ".join(self.c.errors)
+        if self.cupy.errors:
+            self.results["notes"]["cupy_child"] = "; ".join(self.cupy.errors)
         self.results["meta"]["seconds"] = round(time.perf_counter() - self.p.t0, 1)
         return self.results
 
@@ -160,7 +188,7 @@ class Bench:
             raise RuntimeError("the bench has no manager (run() makes it)")
         return self.mgr
 
-    def _saxpy_algo(self, n: int, kind: str = "storage"
+    def saxpy_algo(self, n: int, kind: str = "storage"
                     ) -> tuple[sg.Tensor, sg.Tensor, sg.Algorithm]:
         x = self.m.empty(n, kind=kind)
         y = self.m.empty(n, kind=kind)
@@ -171,7 +199,7 @@ class Bench:
     def bench_latency(self) -> None:
         iters = 300 if self.quick else 5000
         rounds = 1 if self.quick else 5
-        x, y, algo = self._saxpy_algo(64)
+        x, y, algo = self.saxpy_algo(64)
         times: list[int] = []
         c_rounds: list[dict] = []
         clock = time.perf_counter_ns
@@ -199,7 +227,8 @@ class Bench:
             cres = {k: statistics.median(r[k] for r in c_rounds)
                     for k in c_rounds[0] if k.endswith("_us")}
             cres["rounds"] = c_rounds
-        cupy_us = self._cupy_latency(iters) if self.cp else None
+        (cu,) = self.cupy_tasks("cupy_latency", [{"task": "latency", "iters": iters}])
+        cupy_us = cu["median_us"] if cu else None
         self.results["details"]["latency"] = {"scopedgpu": det, "c": cres, "cupy_us": cupy_us}
         cy = cres["poll_median_us"] if cres else None
         ratio = med / cy if cy else None
@@ -207,28 +236,6 @@ class Bench:
                  None if ratio is None else ratio <= SPEC_LATENCY_RATIO,
                  c_wait_us=cres["wait_median_us"] if cres else None, cupy=cupy_us)
         self.p.say(f"latency: scopedgpu {med:.1f} us, C poll {cy} us, CuPy {cupy_us} us")
-
-    def _cupy_latency(self, iters: int) -> float | None:
-        try:
-            cp = self.cp
-            k = cp.ElementwiseKernel("float32 a, float32 x", "float32 y", "y = a * x + y",
-                                     "sg_saxpy")
-            x = cp.ones(64, dtype=cp.float32)
-            y = cp.ones(64, dtype=cp.float32)
-            s = cp.cuda.get_current_stream()
-            for _ in range(100):
-                k(np.float32(2), x, y)
-                s.synchronize()
-            times = []
-            for _ in range(iters):
-                t0 = time.perf_counter_ns()
-                k(np.float32(2), x, y)
-                s.synchronize()
-                times.append(time.perf_counter_ns() - t0)
-            return statistics.median(times) / 1e3
-        except Exception as exc:
-            self.results["notes"]["cupy_latency"] = repr(exc)
-            return None
 
     def bench_saxpy(self) -> None:
         nmax = self.saxpy_n
@@ -238,7 +245,7 @@ class Bench:
         if not self.quick:
             # Bring the GPU to its working clocks first: on the H200 a cold start measured
             # the first saxpy rows up to a quarter slower than the C loop that ran after it.
-            x, y, algo = self._saxpy_algo(nmax)
+            x, y, algo = self.saxpy_algo(nmax)
             with self.m.sequence() as seq:
                 for _ in range(SAXPY_K):
                     seq.record(sg.OpAlgoDispatch(algo))
@@ -252,7 +259,7 @@ class Bench:
         for n in sizes:
             # scopedgpu, then the C yardstick with as many repetitions, then CuPy: per
             # size, close together in time (other load on the machine shifts both alike).
-            x, y, algo = self._saxpy_algo(n)
+            x, y, algo = self.saxpy_algo(n)
             with self.m.sequence() as seq:
                 for _ in range(SAXPY_K):
                     seq.record(sg.OpAlgoDispatch(algo))
@@ -266,11 +273,17 @@ class Bench:
             row = {"n": n, "bytes": 12 * n, "reps": len(times), "scopedgpu_gbps": gbps,
                    "scopedgpu_best_gbps": traffic / min(times) / 1e9,
                    "c_gbps": c[0]["gbps"] if c else None,
-                   "c_best_gbps": c[0]["best_gbps"] if c else None,
-                   "cupy_gbps": self._cupy_saxpy(n, len(times)) if self.cp else None}
+                   "c_best_gbps": c[0]["best_gbps"] if c else None, "cupy_gbps": None}
             sweep.append(row)
             self.p.say(f"saxpy n=2^{n.bit_length() - 1}: scopedgpu {gbps:.2f} GB/s, "
-                       f"C {row['c_gbps']}, CuPy {row['cupy_gbps']}")
+                       f"C {row['c_gbps']}")
+        # CuPy after scopedgpu's sweep, every size in one child process.
+        cupy = self.cupy_tasks("cupy_saxpy", [{"task": "saxpy", "n": r["n"], "k": SAXPY_K,
+                                               "reps": r["reps"]} for r in sweep])
+        for row, cu in zip(sweep, cupy):
+            if cu:
+                row["cupy_gbps"] = cu["gbps"]
+                self.p.say(f"saxpy n=2^{row['n'].bit_length() - 1}: CuPy {cu['gbps']:.2f} GB/s")
         self.results["sweeps"]["saxpy"] = sweep
         top = sweep[-1]
         ratio = top["scopedgpu_gbps"] / top["c_gbps"] if top["c_gbps"] else None
@@ -294,32 +307,9 @@ class Bench:
         res = copy.run("saxpy", n, SAXPY_K, max(3, reps))
         return res[0]["gbps"] * 8 / 12 if res else None
 
-    def _cupy_saxpy(self, n: int, reps: int) -> float | None:
-        cp = self.cp
-
-        def timed() -> list[float]:  # CuPy's arrays are freed when it returns
-            k = cp.ElementwiseKernel("float32 a, float32 x", "float32 y", "y = a * x + y",
-                                     "sg_saxpy")
-            x = cp.ones(n, dtype=cp.float32)
-            y = cp.ones(n, dtype=cp.float32)
-            s = cp.cuda.get_current_stream()
-
-            def run() -> None:
-                for _ in range(SAXPY_K):
-                    k(np.float32(2), x, y)
-                s.synchronize()
-            return self.timed_reps(run, 0.2, min_reps=min(reps, 10), max_reps=50)
-        try:
-            times = timed()
-            cp.get_default_memory_pool().free_all_blocks()
-            return 12.0 * n * SAXPY_K / statistics.median(times) / 1e9
-        except Exception as exc:
-            self.results["notes"]["cupy_saxpy"] = repr(exc)
-            return None
-
     def bench_seq_churn(self) -> None:
         seconds = 0.3 if self.quick else 3.0
-        x, y, algo = self._saxpy_algo(64)
+        x, y, algo = self.saxpy_algo(64)
         mgr = self.m
         base = mgr.live_objects()
         for _ in range(50):  # warm: pipeline cached, caches filled
@@ -400,7 +390,7 @@ class Bench:
         mgr = self.m
         cycles = self.args.cycles if self.args.cycles else (3000 if self.quick else 1_000_000)
         cap = 10.0 if self.quick else float(self.args.max_churn_seconds)
-        x, y, algo = self._saxpy_algo(64)
+        x, y, algo = self.saxpy_algo(64)
         small = np.ones(64, dtype=np.float32)
 
         def cycle() -> None:

@@ -68,13 +68,18 @@ def bench_transfers(b: Bench) -> None:
             "download_gbps": nbytes / statistics.median(td) / 1e9,
             "upload_e2e_gbps": nbytes / statistics.median(te) / 1e9, "roundtrip_ok": ok,
             "c_upload_gbps": c[0].get("upload_gbps") if c else None,
-            "c_download_gbps": c[0].get("download_gbps") if c else None}
-        if b.cp is not None:
-            row.update(_cupy_transfer(b, arr, min(reps, 10)))
+            "c_download_gbps": c[0].get("download_gbps") if c else None, "reps": reps}
         sweep.append(row)
         b.p.say(f"transfer {nbytes // MiB} MiB: up {row['upload_gbps']:.2f} GB/s "
                 f"(C DMA {row['c_upload_gbps']}), down {row['download_gbps']:.2f} GB/s "
                 f"(C DMA {row['c_download_gbps']}), data ok: {ok}")
+    # CuPy (cp.asarray of the same pageable array, .get() back) after scopedgpu's sizes,
+    # every size in one child process.
+    cupy = b.cupy_tasks("cupy_transfer", [{"task": "transfer", "bytes": r["bytes"],
+                                           "reps": min(r.pop("reps"), 10)} for r in sweep])
+    for row, cu in zip(sweep, cupy):
+        if cu:
+            row.update(cupy_upload_gbps=cu["upload_gbps"], cupy_download_gbps=cu["download_gbps"])
     b.results["sweeps"]["transfer"] = sweep
     top = sweep[-1]
     for d in ("upload", "download"):
@@ -84,28 +89,6 @@ def bench_transfers(b: Bench) -> None:
               None if not c_rate else v / c_rate >= SPEC_TRANSFER_RATIO,
               bytes=top["bytes"], cupy=top.get(f"cupy_{d}_gbps"),
               e2e_gbps=top["upload_e2e_gbps"] if d == "upload" else None)
-
-
-def _cupy_transfer(b: Bench, arr: np.ndarray, reps: int) -> dict[str, float]:
-    cp = b.cp
-
-    def timed() -> tuple[list[float], list[float]]:  # the device copy is freed on return
-        d = cp.asarray(arr)
-
-        def up() -> None:
-            cp.asarray(arr)
-            cp.cuda.Device().synchronize()
-        tu = b.timed_reps(up, 0.2, min_reps=reps, max_reps=reps * 3)
-        td = b.timed_reps(d.get, 0.2, min_reps=reps, max_reps=reps * 3)
-        return tu, td
-    try:
-        tu, td = timed()
-        cp.get_default_memory_pool().free_all_blocks()
-        return {"cupy_upload_gbps": arr.nbytes / statistics.median(tu) / 1e9,
-                "cupy_download_gbps": arr.nbytes / statistics.median(td) / 1e9}
-    except Exception as exc:
-        b.results["notes"]["cupy_transfer"] = repr(exc)
-        return {}
 
 
 # -- numpy to device and back, every size ------------------------------------------------

@@ -29,6 +29,23 @@
  *                              themselves imported and copied by DMA; imported once, or
  *                              imported and released every round trip). Median round trip
  *                              of each over REPS, the best path, GB/s = 2 * BYTES / time.
+ *     chain N K REPS           the dispatch-chain figure: K dependent saxpy dispatches over
+ *                              N floats in one command buffer (the commands and barriers of
+ *                              `saxpy`), re-submitted REPS times with the fence polled,
+ *                              then REPS times waited on (vkWaitForFences); median seconds
+ *                              per submission and per dispatch of each.
+ *     serve N REQUESTS INFLIGHT  the serve figure's request, with this task's shader
+ *                              (bench/shaders/scale.spv: y = a * x, local size 64, one
+ *                              float push constant): per request N floats memcpy'd into
+ *                              persistently mapped staging, a command buffer recorded
+ *                              (staging -> device copy, dispatch with the request's a,
+ *                              device -> staging copy, with their barriers), submitted,
+ *                              its fence waited on, the result memcpy'd out and checked
+ *                              against a * x. INFLIGHT slots (buffers, descriptor set,
+ *                              command buffer, fence each) served round robin, so that up
+ *                              to INFLIGHT requests are submitted at once; after a warm-up
+ *                              pass, REQUESTS requests: per second, latency from a
+ *                              request's start to its result (p50, p99), wrong results.
  *     stream TOTAL CHUNK REPS  concurrent DMA: TOTAL bytes host->device and TOTAL bytes
  *                              device->host in CHUNK-sized copies between pinned staging
  *                              and device memory, on two queues (a transfer-only family's
@@ -340,6 +357,42 @@ static void task_saxpy(uint64_t n, int k, int reps) {
     printf("RESULT {\"task\": \"saxpy\", \"n\": %llu, \"k\": %d, \"reps\": %d, "
            "\"median_s\": %.9f, \"gbps\": %.3f, \"best_gbps\": %.3f}\n",
            (unsigned long long)n, k, reps, med, traffic / med / 1e9, traffic / best / 1e9);
+    fflush(stdout);
+    free(t);
+    free_buffer(&x);
+    free_buffer(&y);
+}
+
+/* The saxpy task's commands, timed both ways: polled, then waited on. */
+static void task_chain(uint64_t n, int k, int reps) {
+    VkDeviceSize bytes = n * 4;
+    buffer x = make_buffer(bytes, 0), y = make_buffer(bytes, 0);
+    bind_saxpy(dset, &x, &y, bytes);
+    zero2(&x, &y, bytes);
+    CK(vkResetCommandPool(dev, cpool, 0));
+    begin(cmd);
+    for (int i = 0; i < k; i++) {
+        if (i) barrier(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT,
+                       VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                       VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT);
+        dispatch(cmd, dset, n);
+    }
+    end(cmd);
+    double *t = malloc(sizeof(double) * (size_t)reps);
+    double med[2];
+    for (int mode = 0; mode < 2; mode++) {   /* 0: poll, 1: vkWaitForFences */
+        for (int i = 0; i < reps / 10 + 1; i++) submit_wait(cmd, fence, 1 - mode);  /* warm */
+        for (int i = 0; i < reps; i++) {
+            double t0 = now();
+            submit_wait(cmd, fence, 1 - mode);
+            t[i] = now() - t0;
+        }
+        med[mode] = pct(t, reps, 0.5);
+    }
+    printf("RESULT {\"task\": \"chain\", \"n\": %llu, \"k\": %d, \"reps\": %d, "
+           "\"poll_median_s\": %.9f, \"wait_median_s\": %.9f, \"poll_us_per_dispatch\": %.4f, "
+           "\"wait_us_per_dispatch\": %.4f}\n", (unsigned long long)n, k, reps, med[0],
+           med[1], med[0] * 1e6 / k, med[1] * 1e6 / k);
     fflush(stdout);
     free(t);
     free_buffer(&x);
@@ -844,6 +897,189 @@ done:
     free_buffer(&hin);
 }
 
+/* ---- serve: one request = upload, y = a * x, download, wait ------------------------------
+ * Each slot owns a range of one staging buffer (in and out), a range of one device buffer
+ * (x and y), a descriptor set, a command buffer and a fence: one allocation per kind for
+ * all the slots (INFLIGHT may be 1,024, beyond a device's maxMemoryAllocationCount in
+ * buffers of their own). */
+#define SERVE_INPUTS 64
+
+typedef struct {
+    uint64_t n, stride;        /* floats per request; bytes between two slots' ranges */
+    int inflight;
+    buffer host, gpu;          /* host: in ranges, then out ranges; gpu: x ranges, then y */
+    VkDescriptorPool pool;
+    VkDescriptorSet *sets;
+    VkCommandPool cpool;
+    VkCommandBuffer *cbs;
+    VkFence *fences;
+    double *start;             /* per slot: when its request started */
+    int *req;                  /* per slot: which request it holds (-1: none) */
+    float *inputs, alphas[SERVE_INPUTS];
+    double *lat;               /* per request of the pass */
+    long bad;                  /* results that differ from a * x */
+} serve_ctx;
+
+static void serve_start(serve_ctx *c, int s, int r) {
+    VkDeviceSize bytes = c->n * 4;
+    VkDeviceSize in = (VkDeviceSize)s * c->stride;
+    VkDeviceSize out = (VkDeviceSize)(c->inflight + s) * c->stride;
+    c->start[s] = now();
+    c->req[s] = r;
+    memcpy((char *)c->host.ptr + in, c->inputs + (size_t)(r % SERVE_INPUTS) * c->n, bytes);
+    VkCommandBuffer cb = c->cbs[s];
+    /* The pool was made with RESET_COMMAND_BUFFER_BIT: begin resets the buffer. */
+    begin(cb);
+    VkBufferCopy up = {in, in, bytes}, down = {out, out, bytes};
+    vkCmdCopyBuffer(cb, c->host.buf, c->gpu.buf, 1, &up);
+    barrier(cb, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT,
+            VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_READ_BIT);
+    float a = c->alphas[r % SERVE_INPUTS];
+    vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline);
+    vkCmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, playout, 0, 1, &c->sets[s], 0,
+                            NULL);
+    vkCmdPushConstants(cb, playout, VK_SHADER_STAGE_COMPUTE_BIT, 0, 4, &a);
+    vkCmdDispatch(cb, (uint32_t)((c->n + 63) / 64), 1, 1);
+    barrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT,
+            VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_READ_BIT);
+    vkCmdCopyBuffer(cb, c->gpu.buf, c->host.buf, 1, &down);
+    end(cb);
+    CK(vkResetFences(dev, 1, &c->fences[s]));
+    VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1,
+                       .pCommandBuffers = &cb};
+    CK(vkQueueSubmit(queue, 1, &si, c->fences[s]));
+}
+
+/* Waits for slot s's request, copies its result out, checks it. */
+static void serve_finish(serve_ctx *c, int s, float *result, int timed) {
+    int r = c->req[s];
+    if (r < 0) return;
+    CK(vkWaitForFences(dev, 1, &c->fences[s], VK_TRUE, UINT64_MAX));
+    VkDeviceSize out = (VkDeviceSize)(c->inflight + s) * c->stride;
+    memcpy(result, (char *)c->host.ptr + out, c->n * 4);
+    if (timed) c->lat[r] = now() - c->start[s];
+    const float *x = c->inputs + (size_t)(r % SERVE_INPUTS) * c->n;
+    float a = c->alphas[r % SERVE_INPUTS];
+    for (uint64_t i = 0; i < c->n; i++)
+        if (result[i] != a * x[i]) {
+            c->bad++;
+            break;
+        }
+    c->req[s] = -1;
+}
+
+/* `count` requests, slot r % inflight each; returns the seconds they took. */
+static double serve_pass(serve_ctx *c, int count, float *result, int timed) {
+    double t0 = now();
+    for (int r = 0; r < count; r++) {
+        int s = r % c->inflight;
+        serve_finish(c, s, result, timed);
+        serve_start(c, s, r);
+    }
+    for (int i = 0; i < c->inflight; i++)   /* the oldest first: slot count % inflight */
+        serve_finish(c, (count + i) % c->inflight, result, timed);
+    return now() - t0;
+}
+
+static void task_serve(uint64_t n, int requests, int inflight) {
+    if (n == 0 || requests < 1 || inflight < 1) {
+        fprintf(stderr, "yardstick: serve needs N, REQUESTS and INFLIGHT >= 1\n");
+        exit(1);
+    }
+    serve_ctx c = {.n = n, .inflight = inflight};
+    VkDeviceSize align = props.limits.minStorageBufferOffsetAlignment;
+    if (align < 4) align = 4;
+    c.stride = (n * 4 + align - 1) / align * align;
+    c.host = make_buffer(2 * (VkDeviceSize)inflight * c.stride, 1);
+    c.gpu = make_buffer(2 * (VkDeviceSize)inflight * c.stride, 0);
+    c.sets = calloc((size_t)inflight, sizeof *c.sets);
+    c.cbs = calloc((size_t)inflight, sizeof *c.cbs);
+    c.fences = calloc((size_t)inflight, sizeof *c.fences);
+    c.start = calloc((size_t)inflight, sizeof *c.start);
+    c.req = malloc(sizeof(int) * (size_t)inflight);
+    c.inputs = malloc(sizeof(float) * SERVE_INPUTS * n);
+    c.lat = malloc(sizeof(double) * (size_t)requests);
+    float *result = malloc(sizeof(float) * n);
+    if (!c.sets || !c.cbs || !c.fences || !c.start || !c.req || !c.inputs || !c.lat || !result) {
+        fprintf(stderr, "yardstick: out of host memory\n");
+        exit(1);
+    }
+    /* Inputs of a plain LCG in [-4, 4), alphas in [0.5, 2): no denormals, no NaNs. */
+    uint32_t st = 12345;
+    for (size_t i = 0; i < SERVE_INPUTS * n; i++) {
+        st = st * 1664525u + 1013904223u;
+        c.inputs[i] = (float)(st >> 8) / 16777216.0f * 8.0f - 4.0f;
+    }
+    for (int i = 0; i < SERVE_INPUTS; i++) c.alphas[i] = 0.5f + 1.5f * (float)i / SERVE_INPUTS;
+    for (int i = 0; i < inflight; i++) c.req[i] = -1;
+    VkDescriptorPoolSize ps = {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 2 * (uint32_t)inflight};
+    VkDescriptorPoolCreateInfo dpci = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,
+                                       .maxSets = (uint32_t)inflight, .poolSizeCount = 1,
+                                       .pPoolSizes = &ps};
+    CK(vkCreateDescriptorPool(dev, &dpci, NULL, &c.pool));
+    VkDescriptorSetLayout *layouts = malloc(sizeof *layouts * (size_t)inflight);
+    if (!layouts) {
+        fprintf(stderr, "yardstick: out of host memory\n");
+        exit(1);
+    }
+    for (int i = 0; i < inflight; i++) layouts[i] = slayout;
+    VkDescriptorSetAllocateInfo dsai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
+                                        .descriptorPool = c.pool,
+                                        .descriptorSetCount = (uint32_t)inflight,
+                                        .pSetLayouts = layouts};
+    CK(vkAllocateDescriptorSets(dev, &dsai, c.sets));
+    free(layouts);
+    VkDeviceSize bytes = n * 4;
+    for (int i = 0; i < inflight; i++) {
+        VkDescriptorBufferInfo bi[2] = {
+            {c.gpu.buf, (VkDeviceSize)i * c.stride, bytes},
+            {c.gpu.buf, (VkDeviceSize)(inflight + i) * c.stride, bytes}};
+        VkWriteDescriptorSet w[2];
+        for (int j = 0; j < 2; j++)
+            w[j] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET,
+                                          .dstSet = c.sets[i], .dstBinding = (uint32_t)j,
+                                          .descriptorCount = 1,
+                                          .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+                                          .pBufferInfo = &bi[j]};
+        vkUpdateDescriptorSets(dev, 2, w, 0, NULL);
+    }
+    VkCommandPoolCreateInfo cpci = {.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
+                                    .flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT,
+                                    .queueFamilyIndex = family};
+    CK(vkCreateCommandPool(dev, &cpci, NULL, &c.cpool));
+    VkCommandBufferAllocateInfo cbai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
+                                        .commandPool = c.cpool,
+                                        .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
+                                        .commandBufferCount = (uint32_t)inflight};
+    CK(vkAllocateCommandBuffers(dev, &cbai, c.cbs));
+    VkFenceCreateInfo fci = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+    for (int i = 0; i < inflight; i++) CK(vkCreateFence(dev, &fci, NULL, &c.fences[i]));
+    int warm = requests < 2 * inflight ? requests : 2 * inflight;
+    if (warm < 16) warm = requests < 16 ? requests : 16;
+    serve_pass(&c, warm, result, 0);
+    c.bad = 0;
+    double el = serve_pass(&c, requests, result, 1);
+    printf("RESULT {\"task\": \"serve\", \"n\": %llu, \"requests\": %d, \"inflight\": %d, "
+           "\"seconds\": %.6f, \"per_s\": %.1f, \"p50_us\": %.3f, \"p99_us\": %.3f, "
+           "\"bad\": %ld}\n", (unsigned long long)n, requests, inflight, el, requests / el,
+           pct(c.lat, requests, 0.5) * 1e6, pct(c.lat, requests, 0.99) * 1e6, c.bad);
+    fflush(stdout);
+    /* Every fence has signalled (serve_pass waited for each slot it used). */
+    for (int i = 0; i < inflight; i++) vkDestroyFence(dev, c.fences[i], NULL);
+    vkDestroyCommandPool(dev, c.cpool, NULL);
+    vkDestroyDescriptorPool(dev, c.pool, NULL);
+    free_buffer(&c.gpu);
+    free_buffer(&c.host);
+    free(c.sets);
+    free(c.cbs);
+    free(c.fences);
+    free(c.start);
+    free(c.req);
+    free(c.inputs);
+    free(c.lat);
+    free(result);
+}
+
 static void *load_spirv(const char *path, size_t *size) {
     FILE *f = fopen(path, "rb");
     if (!f) {
@@ -1040,6 +1276,12 @@ int main(int argc, char **argv) {
             i += 2;
         } else if (!strcmp(t, "saxpy") && i + 3 < argc) {
             task_saxpy(strtoull(argv[i + 1], NULL, 10), atoi(argv[i + 2]), atoi(argv[i + 3]));
+            i += 4;
+        } else if (!strcmp(t, "chain") && i + 3 < argc) {
+            task_chain(strtoull(argv[i + 1], NULL, 10), atoi(argv[i + 2]), atoi(argv[i + 3]));
+            i += 4;
+        } else if (!strcmp(t, "serve") && i + 3 < argc) {
+            task_serve(strtoull(argv[i + 1], NULL, 10), atoi(argv[i + 2]), atoi(argv[i + 3]));
             i += 4;
         } else if (!strcmp(t, "dma") && i + 2 < argc) {
             task_dma(strtoull(argv[i + 1], NULL, 10), atoi(argv[i + 2]));

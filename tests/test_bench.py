@@ -94,6 +94,38 @@ def test_bench_quick_streams_saxpy_against_concurrent_dma(quick_run):
     assert p["yardstick"] == f["yardstick"]
 
 
+def test_bench_quick_serves_and_chains_against_c(quick_run):
+    """The serve figure at every level (requests/s, p50 <= p99, every result right, live
+    objects back to baseline, the C yardstick's same request) and the dispatch chain at
+    every k against the C yardstick's same commands."""
+    res, data, _ = quick_run
+    figs = data["figures"]
+    for c in report.SERVE_LEVELS:
+        f = figs[f"serve_{c}"]
+        assert number(f["value"]) and f["value"] > 0, c
+        assert number(f["yardstick"]) and f["ratio"] == pytest.approx(f["value"] / f["yardstick"])
+        assert f["wrong"] == 0 and f["c_wrong"] == 0, c
+        assert f["requests"] >= 2 * c and 0 < f["p50_us"] <= f["p99_us"], c
+        assert isinstance(f["goal_met"], bool), c     # every level has a goal
+    serve = data["details"]["serve"]
+    assert serve["live_delta"] == {} and serve["live_after"] == serve["live_before"]
+    assert [r["in_flight"] for r in serve["levels"]] == list(report.SERVE_LEVELS)
+    assert number(serve["rss_growth_mib"])
+    for k in report.CHAIN_KS:
+        f = figs[f"dispatch_chain_{k}"]
+        assert number(f["value"]) and f["value"] > 0 and f["k"] == k, k
+        assert number(f["yardstick"]) and number(f["ratio"]), k
+        assert f["yardstick"] == min(f["c_poll_us"], f["c_wait_us"]), k
+    # the rows sit in the table after the figures they follow, in order
+    lines = res.stdout.splitlines()
+    at = [next(i for i, ln in enumerate(lines) if ln.startswith(label)) for label in
+          ("re-eval latency", "1 dependent dispatches", "1,000 dependent dispatches",
+           "saxpy float32", "tensors alloc+free", "serving 16 KiB requests through aio, 1 in",
+           "serving 16 KiB requests through aio, 1,024 in", "RSS growth over the long churn")]
+    assert at == sorted(at)
+    assert "serve, 64 in flight:" in res.stdout and "live objects back to baseline" in res.stdout
+
+
 def test_bench_quick_plots_the_sweep_next_to_the_json(quick_run):
     _, _, out = quick_run
     side = [p for p in out.parent.iterdir() if p.name.startswith("bench.transfers.")]
@@ -116,6 +148,14 @@ def test_only_runs_the_phases_named(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "scopedgpu", "bench", "--only", "saxpyy"],
                          capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
     assert bad.returncode == 2 and "invalid choice: 'saxpyy'" in bad.stderr
+
+
+def test_only_takes_comma_lists_and_underscores():
+    from bench import cli
+    args = cli.parser().parse_args(["--only", "serve,dispatch_chain", "--only", "latency",
+                                    "--only", "serve"])
+    assert args.only == ["serve", "dispatch chain", "latency"]
+    assert cli.parser().parse_args([]).only is None
 
 
 def test_python_m_bench_help_from_the_checkout():
@@ -156,3 +196,151 @@ def test_bench_without_a_c_compiler_reports_no_ratio(monkeypatch):
 
 def test_the_package_is_the_one_of_this_checkout():
     assert Path(bench.__file__).resolve().parent == ROOT / "bench"
+
+
+# A stand-in for CuPy, over numpy, with the calls the bench's CuPy child makes. Each
+# process that imports it appends its pid to $FAKE_CUPY_LOG: the bench must never be one.
+FAKE_CUPY = '''
+import os
+import numpy as _np
+
+__version__ = "0.0+fake"
+float32 = _np.float32
+with open(os.environ["FAKE_CUPY_LOG"], "a") as _f:
+    _f.write(f"{os.getpid()}\\n")
+_capturing = []
+
+
+class ndarray:
+    def __init__(self, a):
+        self.a = a
+
+    def get(self):
+        return _np.array(self.a)
+
+    def __getitem__(self, i):
+        return ndarray(_np.asarray(self.a[i]))
+
+
+def ones(n, dtype=_np.float32):
+    return ndarray(_np.ones(n, dtype))
+
+
+def zeros(n, dtype=_np.float32):
+    return ndarray(_np.zeros(n, dtype))
+
+
+def asarray(a):
+    return ndarray(_np.array(a))
+
+
+class ElementwiseKernel:
+    def __init__(self, in_params, out_params, operation, name):
+        assert operation == "y = a * x + y"
+
+    def __call__(self, a, x, y):
+        if _capturing:
+            _capturing[-1].append((a, x, y))
+        else:
+            y.a[...] = a * x.a + y.a
+
+
+class _Pool:
+    def free_all_blocks(self):
+        pass
+
+
+def get_default_memory_pool():
+    return _Pool()
+
+
+class _Graph:
+    def __init__(self, calls):
+        self.calls = calls
+
+    def launch(self, stream=None):
+        for a, x, y in self.calls:
+            y.a[...] = a * x.a + y.a
+
+
+class _Stream:
+    def __init__(self, non_blocking=False):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def synchronize(self):
+        pass
+
+    def begin_capture(self):
+        _capturing.append([])
+
+    def end_capture(self):
+        return _Graph(_capturing.pop())
+
+
+class _Device:
+    def synchronize(self):
+        pass
+
+
+class _Runtime:
+    @staticmethod
+    def getDeviceCount():
+        return 1
+
+    @staticmethod
+    def getDeviceProperties(i):
+        return {"name": b"Fake CUDA device"}
+
+
+class cuda:
+    runtime = _Runtime
+    Stream = _Stream
+    Device = _Device
+
+    @staticmethod
+    def get_current_stream():
+        return _Stream()
+'''
+
+
+def test_cupy_runs_in_a_child_process_and_fills_todays_keys(tmp_path):
+    """Every CuPy figure (latency, saxpy, transfers, the dispatch chain's launches and
+    graph) comes from a process other than the bench's, into the JSON keys of before."""
+    pkg = tmp_path / "fake" / "cupy"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text(FAKE_CUPY)
+    log = tmp_path / "imports.log"
+    out = tmp_path / "cupy.json"
+    env = dict(os.environ, FAKE_CUPY_LOG=str(log),
+               PYTHONPATH=os.pathsep.join(p for p in (str(tmp_path / "fake"), str(ROOT),
+                                                      os.environ.get("PYTHONPATH")) if p))
+    env.pop("SCOPEDGPU_DEBUG", None)
+    proc = subprocess.Popen([sys.executable, "-m", "scopedgpu", "bench", "--quick", "--no-c",
+                             "--only", "latency,dispatch_chain,saxpy,transfers", "--json",
+                             str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env, cwd=ROOT)
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert data["errors"] == {} and data["notes"] == {}, (data["errors"], data["notes"])
+    pids = {int(p) for p in log.read_text().split()}
+    assert proc.pid not in pids and len(pids) >= 2   # the probe, then the measurements
+    assert data["meta"]["cupy"] == "0.0+fake"
+    figs = data["figures"]
+    assert number(figs["latency"]["cupy"])
+    assert number(data["details"]["latency"]["cupy_us"])
+    assert all(number(r["cupy_gbps"]) for r in data["sweeps"]["saxpy"])
+    assert number(figs["saxpy"]["cupy"])
+    for r in data["sweeps"]["transfer"]:
+        assert number(r["cupy_upload_gbps"]) and number(r["cupy_download_gbps"])
+    assert number(figs["upload"]["cupy"]) and number(figs["download"]["cupy"])
+    for k in report.CHAIN_KS:
+        f = figs[f"dispatch_chain_{k}"]
+        assert number(f["cupy"]) and number(f["cupy_launch_us"]), k
+    assert "CuPy" in stdout and "a kernel in a CUDA graph" in stdout

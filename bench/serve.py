@@ -1,0 +1,183 @@
+"""The serve figure (issue 24): a request-serving workload on one Manager, at several
+levels of concurrency, next to the C yardstick's `serve` task.
+
+A request is a float32 array of 4,096 elements (16 KiB) in, `y = a * x` on the device
+(bench/shaders/scale.comp: local size 64, one push constant `a`), the result out. Its
+two tensors, its algorithm and its sequence are made and destroyed in `with` blocks per
+request, as examples/async_service.py does, and the GPU is awaited through
+`scopedgpu.aio.eval`. At most C requests are in flight (an asyncio.Semaphore): a driver
+admits a new request whenever one finishes, for `seconds` per level and at least
+`min_requests`. Every result is compared with numpy's (bit for bit: one float multiply
+is correctly rounded on every Vulkan device). Latency is a request's time from its
+admission to its result.
+"""
+from __future__ import annotations
+
+import asyncio
+import functools
+import gc
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+import scopedgpu as sg
+from scopedgpu import aio
+
+from .common import MiB, rss_bytes
+from .report import (
+    SERVE_GOAL_AT,
+    SERVE_LEVELS,
+    SERVE_P99_UP_TO,
+    SPEC_SERVE_P99,
+    SPEC_SERVE_RATE,
+    serve_figure,
+)
+
+if TYPE_CHECKING:
+    from .suite import Bench
+
+SCALE = Path(__file__).resolve().parent / "shaders" / "scale.spv"
+N = 4096            # floats per request: 16 KiB
+INPUTS = 64         # distinct requests, used in turn
+
+
+@functools.lru_cache(maxsize=1)
+def scale_spirv() -> bytes:
+    return SCALE.read_bytes()
+
+
+def requests(n: int = N, count: int = INPUTS, seed: int = 24
+             ) -> tuple[list[np.ndarray], list[float], list[np.ndarray]]:
+    """count inputs of n floats, their push constants and numpy's answers."""
+    rng = np.random.default_rng(seed)
+    xs = [(rng.standard_normal(n) * 4).astype(np.float32) for _ in range(count)]
+    alphas = [float(np.float32(a)) for a in rng.uniform(0.5, 2.0, count)]
+    refs = [np.float32(a) * x for a, x in zip(alphas, xs)]
+    return xs, alphas, refs
+
+
+async def handle(mgr: sg.Manager, spirv: bytes, x: np.ndarray, a: float) -> np.ndarray:
+    """One request: its tensors, algorithm and sequence live only inside this call."""
+    with mgr.tensor(x) as tx, mgr.empty(x.size) as ty:
+        with mgr.algorithm([tx, ty], spirv, push_consts=[a]) as algo:
+            with mgr.sequence() as seq:
+                seq.record(sg.OpTensorSyncDevice([tx]))
+                seq.record(sg.OpAlgoDispatch(algo))
+                seq.record(sg.OpTensorSyncLocal([ty]))
+                await aio.eval(seq)
+                return ty.numpy()
+
+
+async def serve_level(mgr: sg.Manager, spirv: bytes, concurrency: int, seconds: float,
+                      min_requests: int, data: tuple[list[np.ndarray], list[float],
+                                                     list[np.ndarray]] | None = None
+                      ) -> dict[str, Any]:
+    """Serves requests with at most `concurrency` in flight, for `seconds` and at least
+    `min_requests`; returns the count, the rate, the sorted latencies (seconds) and the
+    indices of wrong results. An error in a request propagates once the others ended."""
+    xs, alphas, refs = data if data is not None else requests()
+    gate = asyncio.Semaphore(concurrency)
+    lat: list[float] = []
+    wrong: list[int] = []
+    tasks: set[asyncio.Task] = set()
+    clock = time.perf_counter
+
+    async def one(i: int, t0: float) -> None:
+        try:
+            y = await handle(mgr, spirv, xs[i % INPUTS], alphas[i % INPUTS])
+            lat.append(clock() - t0)
+            if not np.array_equal(y, refs[i % INPUTS]):
+                wrong.append(i)
+        finally:
+            gate.release()
+
+    start = clock()
+    deadline = start + seconds
+    count = 0
+    while count < min_requests or clock() < deadline:
+        await gate.acquire()
+        task = asyncio.create_task(one(count, clock()))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+        count += 1
+    await asyncio.gather(*tasks)
+    elapsed = clock() - start
+    lat.sort()
+    return {"in_flight": concurrency, "requests": count, "seconds": elapsed,
+            "per_s": count / elapsed, "latencies": lat, "wrong": wrong}
+
+
+def pct(sorted_values: list[float], p: float) -> float:
+    """The p-quantile of sorted values (the C yardstick's rounding: nearest rank)."""
+    return sorted_values[int(p * (len(sorted_values) - 1) + 0.5)]
+
+
+def bench_serve(b: Bench) -> None:
+    mgr = b.m
+    spirv = scale_spirv()
+    # Per level: this long, and at least two requests a slot and enough for a p99.
+    seconds, least = (0.1, 200) if b.quick else (0.5, 1000)
+    data = requests()
+    asyncio.run(serve_level(mgr, spirv, 16, 0.0, 200, data))      # pipeline, pool, caches
+    gc.collect()
+    mgr.empty_cache()
+    live0 = mgr.live_objects()
+    rss0 = rss_bytes()
+    levels: list[dict[str, Any]] = []
+    for c in SERVE_LEVELS:
+        r = asyncio.run(serve_level(mgr, spirv, c, seconds, max(2 * c, least), data))
+        lat = r.pop("latencies")
+        r.update(p50_us=pct(lat, 0.5) * 1e6, p99_us=pct(lat, 0.99) * 1e6,
+                 mean_us=sum(lat) / len(lat) * 1e6)
+        r["p99_over_p50"] = r["p99_us"] / r["p50_us"]
+        r["wrong"] = len(r["wrong"])
+        r["rss_mib"] = rss_bytes() / MiB     # where RSS grows: the working set of a level
+        levels.append(r)
+        b.p.say(f"serve, {c:,} in flight: {r['per_s']:,.0f} requests/s, p50 "
+                f"{r['p50_us']:,.0f} us, p99 {r['p99_us']:,.0f} us, {r['requests']:,} "
+                f"requests, {r['wrong']} wrong")
+    gc.collect()
+    mgr.empty_cache()
+    live1 = mgr.live_objects()
+    rss1 = rss_bytes()
+    # The C yardstick: the same request count per level, in one process after scopedgpu's.
+    tasks: list[Any] = []
+    for r in levels:
+        tasks += ["serve", N, r["requests"], r["in_flight"]]
+    cres = {x["inflight"]: x for x in b.c.with_shader(SCALE).run(*tasks)
+            if x.get("task") == "serve" and "error" not in x}
+    for r in levels:
+        r["c"] = cres.get(r["in_flight"])
+    delta = {k: live1[k] - live0[k] for k in live0 if live1.get(k) != live0[k]}
+    total = sum(r["requests"] for r in levels)
+    b.results["details"]["serve"] = {
+        "request": f"{N} float32 in, y = a * x (local size 64, push constant a), out; "
+                   "tensors, algorithm and sequence per request in with blocks; "
+                   "awaited through scopedgpu.aio.eval",
+        "levels": levels, "requests": total, "rss_growth_mib": (rss1 - rss0) / MiB,
+        "live_before": live0, "live_after": live1, "live_delta": delta}
+    by_c = {r["in_flight"]: r for r in levels}
+    cpu = b.info.type == "cpu"
+    for r in levels:
+        c = r["in_flight"]
+        checks = []
+        if c <= SERVE_P99_UP_TO:
+            checks.append(r["p99_over_p50"] <= SPEC_SERVE_P99)
+        if c == SERVE_GOAL_AT and not cpu:
+            checks.append(r["per_s"] >= SPEC_SERVE_RATE)
+        if c == SERVE_LEVELS[-1]:
+            checks.append(r["per_s"] >= by_c[SERVE_LEVELS[1]]["per_s"])
+        cr = r["c"]
+        b.fig(serve_figure(c), r["per_s"], cr["per_s"] if cr else None,
+              f"C: the same request, {c:,} in flight", "scopedgpu / C",
+              all(checks) and r["wrong"] == 0 and not delta if checks else None,
+              in_flight=c, requests=r["requests"], p50_us=r["p50_us"], p99_us=r["p99_us"],
+              wrong=r["wrong"], c_p50_us=cr["p50_us"] if cr else None,
+              c_p99_us=cr["p99_us"] if cr else None, c_wrong=cr["bad"] if cr else None)
+    b.p.say(f"serve: RSS {(rss1 - rss0) / MiB:+.1f} MiB over {total:,} requests, live "
+            f"objects {'flat' if not delta else delta}")
+    wrong = sum(r["wrong"] for r in levels)
+    if wrong:
+        raise AssertionError(f"serve: {wrong} results differ from numpy's")
