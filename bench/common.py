@@ -29,12 +29,24 @@ def size_name(b: int) -> str:
 
 
 def rss_bytes() -> int:
+    """This process's resident set size in bytes, through psutil (the `[bench]` extra).
+    Without psutil: the peak RSS from resource.getrusage (equal to the current RSS while
+    the process only grows, above it after memory is returned), and RuntimeError where
+    there is neither."""
     try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
+        import psutil
+    except ImportError:
+        pass
+    else:
+        return int(psutil.Process().memory_info().rss)
+    try:
         import resource
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    except ImportError:
+        raise RuntimeError("RSS unavailable: install psutil (pip install 'scopedgpu[bench]')") \
+            from None
+    # ru_maxrss is in KiB on Linux and the BSDs, in bytes on macOS
+    scale = 1 if sys.platform == "darwin" else 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
 
 
 def mem_available() -> int | None:
