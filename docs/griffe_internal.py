@@ -3,7 +3,7 @@ user of scopedgpu may call and read, and nothing of the package's own plumbing.
 
 docs/api.md renders, with `filters: public` and `show_if_no_docstring`, what each module's
 `__all__` exports and the public members of those classes. Before that, this drops from
-the loaded package:
+each class of the loaded package:
 
 - members whose docstring says "package-internal" (the interface between scopedgpu's
   own modules, which docs/architecture.md lists), and a subclass's undocumented override
@@ -40,14 +40,14 @@ def _classes(obj: griffe.Object) -> list[griffe.Class]:
     return found
 
 
-def _dropped(member: griffe.Object, parent: griffe.Object, internal: set[str]) -> bool:
+def _dropped(member: griffe.Object, cls: griffe.Class, internal: set[str]) -> bool:
     if _documented(member):
         return _marked(member)
     if member.name in internal:
         return True
     if member.name.startswith("__") and member.name.endswith("__"):
         return True
-    return (member.is_attribute and parent.is_class and "dataclass" not in parent.labels
+    return (member.is_attribute and "dataclass" not in cls.labels
             and "class-attribute" not in member.labels)
 
 
@@ -56,11 +56,10 @@ class PackageInternal(griffe.Extension):
         classes = _classes(pkg)
         marked = {cls.path: {name for name, m in cls.members.items()
                              if not m.is_alias and _marked(m)} for cls in classes}
-        for obj in [pkg, *classes]:
+        for cls in classes:
             internal: set[str] = set()
-            if obj.is_class:
-                for base in [obj, *obj.mro()]:   # type: ignore[attr-defined]
-                    internal |= marked.get(base.path, set())
-            for name, member in list(obj.members.items()):
-                if not member.is_alias and _dropped(member, obj, internal):
-                    obj.del_member(name)
+            for base in [cls, *cls.mro()]:
+                internal |= marked.get(base.path, set())
+            for name, member in list(cls.members.items()):
+                if not member.is_alias and _dropped(member, cls, internal):
+                    cls.del_member(name)
