@@ -2,14 +2,12 @@
 shaders' SPIR-V files, and CuPy where it imports."""
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 import tempfile
 import time
 from importlib.resources import files
 from pathlib import Path
-from typing import Any
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -29,12 +27,24 @@ def size_name(b: int) -> str:
 
 
 def rss_bytes() -> int:
+    """This process's resident set size in bytes, through psutil (the `[bench]` extra).
+    Without psutil: the peak RSS from resource.getrusage (equal to the current RSS while
+    the process only grows, above it after memory is returned), and RuntimeError where
+    there is neither."""
     try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
+        import psutil
+    except ImportError:
+        pass
+    else:
+        return int(psutil.Process().memory_info().rss)
+    try:
         import resource
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    except ImportError:
+        raise RuntimeError("RSS unavailable: install psutil (pip install 'scopedgpu[bench]')") \
+            from None
+    # ru_maxrss is in KiB on Linux and the BSDs, in bytes on macOS
+    scale = 1 if sys.platform == "darwin" else 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
 
 
 def mem_available() -> int | None:
@@ -82,14 +92,3 @@ def builtin_shader(name: str) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_bytes(res.read_bytes())
     return out
-
-
-def load_cupy() -> Any | None:
-    """CuPy's module where it imports and sees a CUDA device, else None. Imported by name
-    so that type checkers need no CuPy stubs: the bench treats it as Any."""
-    try:
-        cp: Any = importlib.import_module("cupy")
-        cp.cuda.runtime.getDeviceCount()
-        return cp
-    except Exception:
-        return None

@@ -6,15 +6,15 @@ device -> numpy from 4 KiB up: scopedgpu against the C yardstick's best path at 
 
     python bench/plot.py bench.json [-o docs/benchmarks.png]
 
-Uses matplotlib when it is installed (PNG); without it, writes an SVG with the same
-curves (pass -o name.svg, or the .png name is changed to .svg), so the script never fails
-for want of a plotting library.
+Draws with matplotlib, the `[bench]` extra (`pip install 'scopedgpu[bench]'`, or
+`pip install matplotlib`). Without it, the script says so and writes no plot (exit status
+1; `bench --plot` still writes its JSON and table).
 """
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
-import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -69,7 +69,9 @@ def _drop_empty(p: Panel) -> Panel:
     return p
 
 
-def plot_matplotlib(panels: list[Panel], title: str, out: Path) -> None:
+def draw(panels: list[Panel], title: str, out: Path) -> Path:
+    """Draws the panels side by side into `out` (its suffix picks the format: .png, .svg,
+    .pdf...); returns `out`."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -87,60 +89,12 @@ def plot_matplotlib(panels: list[Panel], title: str, out: Path) -> None:
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(out, dpi=120)
-
-
-SVG_W, SVG_H, SVG_PAD = 420, 320, 50
-SVG_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"]
-
-
-def svg_panel(p: Panel, ox: int) -> list[str]:
-    """One panel's SVG elements, its left edge at x = ox."""
-    w, h, pad = SVG_W, SVG_H, SVG_PAD
-    xs = [math.log2(x) for x in p["x"]]
-    ys = [y for v in p["y"].values() for y in v if y is not None] or [1.0]
-    x0, x1 = min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1
-    ymax = max(ys) * 1.1 or 1.0
-
-    def px(x: float) -> float:
-        return ox + pad + (math.log2(x) - x0) / (x1 - x0) * (w - 2 * pad)
-
-    def py(y: float) -> float:
-        return 30 + h - pad - y / ymax * (h - 2 * pad)
-    parts = [f'<text x="{ox + pad}" y="40">{p["title"]} ({p["ylabel"]} vs '
-             f'{p["xlabel"]}, log2 x)</text>',
-             f'<rect x="{ox + pad}" y="{30 + pad}" width="{w - 2 * pad}" '
-             f'height="{h - 2 * pad}" fill="none" stroke="#999"/>',
-             f'<text x="{ox + 5}" y="{py(ymax / 1.1) + 4:.0f}">{ymax / 1.1:.3g}</text>']
-    for j, (name, v) in enumerate(p["y"].items()):
-        pts = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in zip(p["x"], v) if y is not None)
-        c = SVG_COLORS[j % len(SVG_COLORS)]
-        parts.append(f'<polyline points="{pts}" fill="none" stroke="{c}" stroke-width="2"/>')
-        parts.append(f'<text x="{ox + pad + 5}" y="{30 + pad + 14 * (j + 1)}" fill="{c}">'
-                     f'{name}</text>')
-    return parts
-
-
-def plot_svg(panels: list[Panel], title: str, out: Path) -> None:
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{SVG_W * len(panels)}" '
-             f'height="{SVG_H + 30}" font-family="sans-serif" font-size="11">',
-             f'<text x="10" y="15">{title}</text>']
-    for i, p in enumerate(panels):
-        parts += svg_panel(p, i * SVG_W)
-    parts.append("</svg>")
-    out.write_text("\n".join(parts))
-
-
-def draw(panels: list[Panel], title: str, out: Path) -> Path:
-    """PNG through matplotlib where it is installed, else SVG; returns the file written."""
-    if out.suffix != ".svg":
-        try:
-            plot_matplotlib(panels, title, out)
-            return out
-        except ImportError:
-            out = out.with_suffix(".svg")
-            print("plot: matplotlib is not installed; writing SVG instead", file=sys.stderr)
-    plot_svg(panels, title, out)
+    plt.close(fig)
     return out
+
+
+NO_MATPLOTLIB = ("plot: matplotlib is not installed, so no plot was written "
+                 "(pip install 'scopedgpu[bench]', or pip install matplotlib)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -148,6 +102,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("json", help="the bench's --json output")
     ap.add_argument("-o", "--out", default=None, help="output file (default: JSON name .png)")
     a = ap.parse_args(argv)
+    if importlib.util.find_spec("matplotlib") is None:
+        print(NO_MATPLOTLIB, file=sys.stderr)
+        return 1
     data = json.loads(Path(a.json).read_text())
     panels = series(data)
     sweep = sweep_series(data)
@@ -161,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     if panels:
         print(f"wrote {draw(panels, title, out)}")
     if sweep:
-        # next to the JSON: NAME.transfers.png (.svg when the main plot is an SVG)
+        # next to the JSON: NAME.transfers.png (the main plot's format)
         side = Path(a.json).with_suffix(".transfers" + (out.suffix or ".png"))
         print(f"wrote {draw(sweep, title, side)}")
     return 0

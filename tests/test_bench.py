@@ -126,10 +126,62 @@ def test_bench_quick_serves_and_chains_against_c(quick_run):
     assert "serve, 64 in flight:" in res.stdout and "live objects back to baseline" in res.stdout
 
 
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
 def test_bench_quick_plots_the_sweep_next_to_the_json(quick_run):
+    pytest.importorskip("matplotlib", reason="bench --plot draws with matplotlib, the [bench] "
+                        "extra (the dev and test extras install it)")
     _, _, out = quick_run
-    side = [p for p in out.parent.iterdir() if p.name.startswith("bench.transfers.")]
-    assert len(side) == 1 and side[0].stat().st_size > 500
+    plots = sorted(p.name for p in out.parent.iterdir() if p.suffix == ".png")
+    assert plots == ["bench.png", "bench.transfers.png"]
+    for name in plots:
+        data = (out.parent / name).read_bytes()
+        assert data.startswith(PNG) and len(data) > 10_000, name
+
+
+def test_plot_without_matplotlib_says_so_and_writes_nothing(tmp_path):
+    """bench/plot.py where matplotlib is not installed (made so in a child process): a
+    message that names the extra, exit status 1, and no file (the SVG fallback is gone)."""
+    src = tmp_path / "r.json"
+    src.write_text(json.dumps({"sweeps": {"saxpy": [{"n": 1 << 20, "scopedgpu_gbps": 1.0}],
+                                          "transfer_sizes": [{"bytes": 4096, "ok": True,
+                                                              "scopedgpu_gbps": 1.0}]}}))
+    code = ("import sys; sys.modules['matplotlib'] = None; from bench import plot; "
+            f"sys.exit(plot.main([{str(src)!r}]))")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, cwd=ROOT)
+    assert res.returncode == 1, res.stderr
+    assert res.stderr.strip() == "plot: matplotlib is not installed, so no plot was written " \
+        "(pip install 'scopedgpu[bench]', or pip install matplotlib)"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
+
+
+def test_rss_through_psutil_and_without_it():
+    """The bench's RSS (the long churn's figure): psutil's, which is the resident pages of
+    /proc/self/statm on Linux; without psutil, getrusage's peak (never below the current)."""
+    psutil = pytest.importorskip("psutil", reason="the [bench] extra's psutil (the dev and "
+                                 "test extras install it)")
+    import resource
+
+    from bench.common import rss_bytes
+    big = np.ones(64 << 20, dtype=np.uint8)   # 64 MiB touched, then returned (munmap)
+    del big
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    rss = rss_bytes()
+    assert rss == psutil.Process().memory_info().rss and rss < peak - (32 << 20)
+    code = ("import resource, sys, psutil\n"
+            "current = psutil.Process().memory_info().rss\n"
+            "sys.modules['psutil'] = None\n"
+            "from bench.common import rss_bytes\n"
+            "scale = 1 if sys.platform == 'darwin' else 1024\n"
+            "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale\n"
+            "rss = rss_bytes()\n"
+            "after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale\n"
+            "print(rss >= current, before <= rss <= after)\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, cwd=ROOT)
+    assert res.returncode == 0 and res.stdout.split() == ["True", "True"], res.stderr
 
 
 def test_only_runs_the_phases_named(tmp_path):

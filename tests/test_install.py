@@ -118,6 +118,10 @@ def test_the_sdist_carries_what_a_build_needs(tmp_path):
     needed |= {f"bench/{p.relative_to(ROOT / 'bench')}" for p in (ROOT / "bench").rglob("*")
                if p.suffix in (".py", ".c", ".comp", ".spv", ".txt")}
     assert "bench/yardstick.c" in needed and "bench/__main__.py" in needed
+    # the docs README links to, the examples and the changelog
+    needed |= {str(p.relative_to(ROOT)) for p in [*(ROOT / "docs").glob("*.md"),
+                                                  *(ROOT / "examples").glob("*.py")]}
+    needed |= {"README.md", "CHANGELOG.md", "docs/benchmarks-h200.png"}
     for src in (ROOT / "shaders").glob("*.comp"):
         needed |= {f"shaders/{src.name}", f"scopedgpu/shaders/{src.stem}.spv"}
     assert needed - names == set()
