@@ -20,8 +20,8 @@ the sequences completed in one step resolve their futures through one
 `asyncio.sleep`: the loop's timers have a resolution of one millisecond (epoll), so
 every await would cost at least that, even for a dispatch of 20 us, and every poll would
 wake the loop; the waiter thread wakes the loop once per batch of completed sequences,
-tens of microseconds after the fence signals, and the completion work (the host copies of `OpTensorSyncLocal`) runs on the
-waiter thread, not on the loop. Why not a thread per wait (`asyncio.to_thread`): a
+tens of microseconds after the fence signals, and the completion work (the host copies
+of `OpTensorSyncLocal`) runs on the waiter thread, not on the loop. Why not a thread per wait (`asyncio.to_thread`): a
 thousand concurrent requests would park a thousand threads. The cost: one thread asleep
 in `vkWaitForFences` while work is pending (spinning its first 0.2 ms of each slice, as
 every wait does), and a sequence that completes before an older one on another queue or
