@@ -12,20 +12,21 @@
 
 How the wait is made: one waiter thread per process, shared by every awaited sequence of
 every manager and every event loop, waits on the fence of the oldest pending sequence
-(the manager's lock released, as `eval_await` does) in slices of `SLICE` seconds and polls
-the others between slices, each queue from its oldest entry up to the first still
-running (a fence signals only after the earlier submissions to its queue completed);
-the sequences completed in one step resolve their futures through one
+(the manager's lock released, as `eval_await` does) in slices of `SLICE` seconds and
+polls the others between slices, each queue from its oldest entry up to the first still
+running (a fence signals only after the earlier submissions to its queue completed); the
+sequences completed in one step resolve their futures through one
 `loop.call_soon_threadsafe` per event loop. Why not poll from the loop with
 `asyncio.sleep`: the loop's timers have a resolution of one millisecond (epoll), so
 every await would cost at least that, even for a dispatch of 20 us, and every poll would
 wake the loop; the waiter thread wakes the loop once per batch of completed sequences,
 tens of microseconds after the fence signals, and the completion work (the host copies
-of `OpTensorSyncLocal`) runs on the waiter thread, not on the loop. Why not a thread per wait (`asyncio.to_thread`): a
-thousand concurrent requests would park a thousand threads. The cost: one thread asleep
-in `vkWaitForFences` while work is pending (spinning its first 0.2 ms of each slice, as
-every wait does), and a sequence that completes before an older one on another queue or
-device is seen at the end of the current slice (at most `SLICE` late).
+of `OpTensorSyncLocal`) runs on the waiter thread, not on the loop. Why not a thread per
+wait (`asyncio.to_thread`): a thousand concurrent requests would park a thousand
+threads. The cost: one thread asleep in `vkWaitForFences` while work is pending
+(spinning its first 0.2 ms of each slice, as every wait does), and a sequence that
+completes before an older one on another queue or device is seen at the end of the
+current slice (at most `SLICE` late).
 
 While a sequence is awaited, no other coroutine may use it (as with threads: one
 sequence, one user at a time). Cancelling the awaiting coroutine does not stop the GPU
