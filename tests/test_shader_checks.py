@@ -29,7 +29,8 @@ def test_reflection_reports_element_types(glsl):
 
 def test_float64_into_float_array_is_an_error(mgr, glsl):
     spirv = glsl(SHADER)
-    x = np.arange(4, dtype=np.float32) / np.sqrt(2)   # numpy promotes: float64
+    # float64, as numpy 2 makes float32 / np.sqrt(2) (NEP 50; numpy 1 kept float32)
+    x = np.arange(4, dtype=np.float64) / np.sqrt(2)
     assert x.dtype == np.float64
     a, b, c = mgr.tensor(x), mgr.empty(16), mgr.empty(4, np.int32)
     with pytest.raises(sg.ShaderError) as exc:
