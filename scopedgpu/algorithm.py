@@ -175,8 +175,13 @@ def _pack_push(items: list[tuple[int, Any]], what: str, info: ShaderInfo, label:
     members = info.push_constant_members
     blob = bytearray(info.push_constant_size)
     for pos, (i, v) in enumerate(items):
-        where = label.format(keys[pos] if keys is not None else i)
         m = members[i]
+        if not isinstance(v, (list, tuple, np.ndarray)) and len(m.slots) == 1:
+            # One scalar member (most blocks): its name is formatted only for an error.
+            x = _fit_push(v, m, _Where(label, keys[pos] if keys is not None else i), what)
+            struct.pack_into(_FMT[(m.kind, m.width)], blob, m.slots[0], x)
+            continue
+        where = label.format(keys[pos] if keys is not None else i)
         if not m.slots:
             raise TypeError(
                 f"{what}: member {m.label} of the push-constant block is a {m.type_name}, "
@@ -198,8 +203,24 @@ def _pack_push(items: list[tuple[int, Any]], what: str, info: ShaderInfo, label:
     return bytes(blob)
 
 
-def _fit_push(v: Any, m: Any, where: str, what: str) -> int | float:
+class _Where:
+    """A push constant's place for messages (`push_consts[0]`), formatted when one is made."""
+    __slots__ = ("label", "key")
+
+    def __init__(self, label: str, key: Any):
+        self.label = label
+        self.key = key
+
+    def __str__(self) -> str:
+        return self.label.format(self.key)
+
+
+def _fit_push(v: Any, m: Any, where: Any, what: str) -> int | float:
     """v as member m's scalar type takes it; TypeError or ValueError naming it otherwise."""
+    if type(v) is float and m.kind == "float" and m.width == 32:
+        # The common case first (a request's float): what the general path below returns.
+        if not math.isfinite(v) or abs(v) <= _FLOAT32_MAX:
+            return v
     if not isinstance(v, (numbers.Real, np.number, np.bool_)) or isinstance(
             v, (np.complexfloating, np.timedelta64, np.datetime64)):
         raise TypeError(f"{what}: {where} is {v!r} ({type(v).__name__}), but member {m.label} "

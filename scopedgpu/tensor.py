@@ -98,7 +98,7 @@ class Tensor(Child):
     """
     # Slots are quicker to set than a fresh __dict__ (tensors are made by the 100,000);
     # "__dict__" keeps room for attributes of the user's own.
-    __slots__ = ("_shape", "_dtype", "_kind", "_nbytes", "_host", "_gpu", "_stage",
+    __slots__ = ("_shape", "_size", "_dtype", "_kind", "_nbytes", "_host", "_gpu", "_stage",
                  "_zero_copy", "_mapped", "_th", "_lent", "__dict__")
     _what = "tensor"
     _th: _TensorHandle
@@ -111,6 +111,7 @@ class Tensor(Child):
         state = engine
         handle = _TensorHandle()
         self._shape = array.shape
+        self._size = array.size
         self._dtype = array.dtype
         self._kind = kind
         self._nbytes = nbytes = array.nbytes
@@ -220,7 +221,7 @@ class Tensor(Child):
     @property
     def size(self) -> int:
         """Number of elements."""
-        return int(np.prod(self._shape, dtype=np.int64))
+        return self._size
 
     @property
     def nbytes(self) -> int:
