@@ -27,15 +27,17 @@ def test_progress_counts_every_chunk_in_the_calling_thread(mgr):
 
     def progress(done: int, total: int) -> None:
         calls.append((done, total, threading.get_ident() == main))
-        done_rows.append(bool(np.all(y[: 1000 * done] == want[: 1000 * done])))
+        # At least `done` chunks (of 1,000 rows) written whole: the worker threads' host
+        # copies of several chunks may end in any order, so not always the first `done`.
+        whole = sum(np.array_equal(y[c * 1000:(c + 1) * 1000], want[c * 1000:(c + 1) * 1000])
+                    for c in range(10))
+        done_rows.append(whole >= done)
 
     mgr.stream(SAXPY, inputs=[x, y], outputs=[y], push_consts=[2.0], chunk_bytes=4000,
                depth=3, workers=2, progress=progress)
     np.testing.assert_array_equal(y, want)
     assert calls == [(k, 10, True) for k in range(1, 11)]
-    # chunk k's outputs are written when its call says so (chunks finish in order here:
-    # one kernel queue, oldest chunk first)
-    assert all(done_rows)
+    assert all(done_rows), done_rows   # each call counts only chunks already written
 
 
 def test_an_exception_from_progress_ends_the_stream(mgr):
