@@ -17,10 +17,12 @@ from scopedgpu import _vk
 from scopedgpu._device import DeviceInfo
 from scopedgpu._engine import Engine
 from scopedgpu._errors import ShaderError
+from scopedgpu._pool import Pool
 from scopedgpu._spirv import ShaderInfo, reflect
 from scopedgpu._spirv_val import check_module
 
-__all__ = ["Reflections", "Programs", "SequenceCache", "UNUSED_PROGRAMS_KEPT", "SEQUENCES_KEPT"]
+__all__ = ["Reflections", "Programs", "SequenceCache", "UNUSED_PROGRAMS_KEPT", "SEQUENCES_KEPT",
+           "CACHED_OBJECTS", "cached_counts"]
 
 UNUSED_PROGRAMS_KEPT = 64
 # Command pool + command buffer + fence sets kept per queue for reuse by new sequences:
@@ -208,3 +210,24 @@ class Programs:
             _vk.program_destroy(prog.handle)
         self.programs.clear()
         self.unused_programs.clear()
+
+
+# What one entry of each cache holds among the shim's live counts (Manager.live_objects()):
+# an idle sequence is sg_seq_create's command pool (its command buffer is not counted)
+# and fence, never a query pool (sequences with timestamps are not kept:
+# _SeqHandle.destroy_now); a program is sg_program_create's module, two layouts and
+# pipeline; a pool block is sg_block_create's (or sg_block_import's) buffer and memory.
+CACHED_OBJECTS: dict[str, tuple[str, ...]] = {
+    "cached_sequences": ("command_pools", "fences"),
+    "cached_pipelines": ("shader_modules", "descriptor_set_layouts", "pipeline_layouts",
+                         "pipelines"),
+    "cached_blocks": ("buffers", "memory_blocks"),
+}
+
+
+def cached_counts(seq_cache: SequenceCache, programs: Programs, pool: Pool) -> dict[str, int]:
+    """Entries held by each cache of a manager (the keys of CACHED_OBJECTS), from the
+    caches' own bookkeeping: what empty_cache() would free now. Under the manager's lock."""
+    return {"cached_sequences": seq_cache.count(),
+            "cached_pipelines": len(programs.unused_programs),
+            "cached_blocks": pool.cached_blocks()[0]}

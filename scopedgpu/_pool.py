@@ -749,6 +749,27 @@ class Pool:
             self._destroy_block(next(iter(self.empty.values())))
         return reserved - self.reserved
 
+    def cached_blocks(self) -> tuple[int, int]:
+        """(blocks, bytes) kept for reuse: the blocks that no live allocation uses, those
+        empty_cache() would give back now. That is the empty ones, and those whose every
+        range handed out was freed onto a bin since (Block.nallocs still counts a binned
+        range until flush_bins()). Counted from the bins as they are: nothing is merged or
+        freed. O(ranges on the bins); not for hot paths."""
+        n, nbytes = len(self.empty), self.empty_bytes
+        binned: dict[int, int] = {}
+        for sub in self._subs.values():
+            if sub.binned:
+                for b in sub.bins.values():  # type: ignore[union-attr]
+                    for a in b:
+                        binned[a.block.id] = binned.get(a.block.id, 0) + 1
+                for bid, k in binned.items():
+                    blk = sub.blocks[bid]
+                    if blk.nallocs == k:
+                        n += 1
+                        nbytes += blk.size
+                binned.clear()
+        return n, nbytes
+
     def destroy(self) -> None:
         """Destroys every block, allocated or not. The device must be idle."""
         for sub in self._subs.values():

@@ -16,7 +16,8 @@ import numpy as np
 
 from scopedgpu import _device, _vk
 from scopedgpu._base import NoCopy
-from scopedgpu._caches import Programs, Reflections, SequenceCache
+from scopedgpu._caches import (CACHED_OBJECTS, Programs, Reflections, SequenceCache,
+                               cached_counts)
 from scopedgpu._errors import DeviceError, NoDeviceError
 from scopedgpu._engine import (DEFAULT_WAIT_TIMEOUT, STATES, Engine, Roots,  # noqa: F401
                                abandoned_managers, drain, fork_hint, shutdown,
@@ -500,22 +501,43 @@ class Manager(NoCopy):
             st.seq_cache.drop()
             return st.pool.empty_cache()
 
-    def live_objects(self) -> dict[str, int]:
-        """Live tensors, algorithms and sequences of this manager, and the Vulkan objects
-        its device holds in the C shim. All zero once the manager is closed."""
+    def live_objects(self, *, caches: bool = True) -> dict[str, int]:
+        """Live tensors, algorithms, sequences and pinned imports of this manager, the
+        releases waiting for running work (pending_releases), and the Vulkan objects its
+        device holds in the C shim. All zero once the manager is closed.
+
+        The Vulkan counts are the shim's own: they include what the manager keeps for
+        reuse, which cached_sequences (idle command pools and fences of destroyed
+        anonymous sequences), cached_pipelines (unused pipelines, each with its shader
+        module and layouts) and cached_blocks (memory blocks no tensor uses, each a
+        buffer and its memory) count. empty_cache() frees all of those.
+
+        caches=False: the same keys for what the program itself holds, every cache's
+        share taken off the Vulkan counts (and the cached_* keys 0): a program that
+        creates and destroys its work in a loop is back to its baseline after every
+        iteration, without empty_cache(). For every key, live_objects() equals
+        live_objects(caches=False) plus the cached entries' objects; after empty_cache()
+        the two forms are equal."""
         st = self._state
         with st.lock:
             if st.closed:
                 counts = {name: 0 for name in _vk.LIVE_NAMES if name != "instances"}
-                counts.update(tensors=0, algorithms=0, sequences=0, cached_sequences=0, pinned=0)
+                counts.update(dict.fromkeys(CACHED_OBJECTS, 0))
+                counts.update(tensors=0, algorithms=0, sequences=0, pending_releases=0,
+                              pinned=0)
                 return counts
             st.collect()
             counts = shim_live_counts(st.dev)
             del counts["instances"]
-            # command_pools and fences are what the shim holds, including the idle ones
-            # kept for reuse by new anonymous sequences: cached_sequences says how many
-            # of them are idle (empty_cache() frees them, like cached memory blocks).
-            counts["cached_sequences"] = st.seq_cache.count()
+            # Counted from the caches' own bookkeeping, under the lock that guards them.
+            cached = cached_counts(st.seq_cache, st.programs, st.pool)
+            if caches:
+                counts.update(cached)
+            else:
+                for key, n in cached.items():
+                    for kind in CACHED_OBJECTS[key]:
+                        counts[kind] -= n
+                    counts[key] = 0
             counts["tensors"] = len(st.tensors)
             counts["algorithms"] = len(st.algorithms)
             counts["sequences"] = len(st.sequences)
