@@ -160,6 +160,9 @@ PLANTED_SEARCH = settings(max_examples=200, stateful_step_count=10, deadline=Non
                           suppress_health_check=list(HealthCheck))
 
 
+@pytest.mark.plain_only("it tests the search and the shrinking of a planted bug; the same "
+                        "machine's Vulkan work runs under the layer in "
+                        "test_the_correct_kernel_passes_the_same_search")
 def test_a_tail_off_by_one_is_found_shrunk_and_printed(tmp_path, monkeypatch):
     # The failure is found in a few seconds; hypothesis then shrinks it for as long as
     # it makes progress (up to five minutes). Thirty seconds reach the one-element case

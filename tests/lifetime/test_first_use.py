@@ -43,7 +43,8 @@ def _spread(lo: int, hi: int, n: int) -> set[int]:
     return {lo + i * (hi - lo) // (n - 1) for i in range(n)}
 
 
-@pytest.mark.parametrize("mode", ["native", "kp"])
+@pytest.mark.parametrize("mode", ["native", pytest.param("kp", marks=pytest.mark.plain_only(
+    "scopedgpu.kp's first algorithm over the native path, whose sweep runs under the layer"))])
 def test_an_interrupted_first_algorithm_leaves_nothing_half_made(mode):
     sg.compile_glsl(open(CHILD).read().split('ADD_ONE = """')[1].split('"""')[0])  # cached
     ref = _child(mode, 0)
