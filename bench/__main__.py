@@ -1,9 +1,9 @@
-"""`python -m bench`: the benchmark suite (see bench/__init__.py)."""
+"""`python -m bench` from a source checkout: scopedgpu.bench's command line, unchanged."""
 from __future__ import annotations
 
 import sys
 
-from .cli import main
+from scopedgpu.bench.cli import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(prog="python -m bench"))

@@ -4,18 +4,15 @@
 Without a Vulkan device (or without the loader) each command prints one line saying what
 is missing and exits with status 1; no traceback. `compile` needs no device: GLSL to
 SPIR-V through compile_glsl (its compiler and its cache). `bench` runs the benchmark
-package `bench` of a source checkout or sdist (it is not part of the wheel; without it,
-status 1 and where to get it)."""
+suite, the subpackage scopedgpu.bench (`pip install 'scopedgpu[bench]'` adds its plots'
+and memory figures' libraries), imported only when that sub-command runs."""
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import os
 import sys
 import textwrap
 import time
 from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 
@@ -200,68 +197,19 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 
 BENCH_HELP = "measure the performance figures next to a plain-C Vulkan yardstick"
-BENCH_MISSING = """\
-{prog} bench: the benchmark suite and its plain-C yardstick
-ships with scopedgpu's source (a git checkout or the sdist), not with the installed
-package. To run it, get the source of this version, e.g. the sdist:
-    pip download --no-deps --no-binary :all: scopedgpu=={version}
-    tar xzf scopedgpu-{version}.tar.gz && cd scopedgpu-{version}
-then, from that top directory (with scopedgpu installed, or after `python build_ffi.py`):
-    python -m bench --quick        (or: {prog} bench --quick)
-`python -m bench --help` lists the options."""
-
-
-def _bench_dirs() -> list[Path]:
-    """Where a source tree's `bench` package may be: the tree this scopedgpu was imported
-    from, the working directory, and the import path (which holds the working directory
-    under `python -m`)."""
-    here = Path(__file__).resolve().parent.parent
-    roots = [here, Path.cwd(), *(Path(p or os.curdir) for p in sys.path)]
-    found: list[Path] = []
-    for root in roots:
-        d = (root / "bench").resolve()
-        if d not in found and (d / "__init__.py").is_file() and (d / "yardstick.c").is_file():
-            found.append(d)
-    return found
-
-
-def _load_bench() -> ModuleType | None:
-    """The source tree's `bench` package, imported under that name, or None."""
-    loaded = sys.modules.get("bench")
-    dirs = _bench_dirs()
-    if loaded is not None and getattr(loaded, "__file__", None):
-        if Path(loaded.__file__ or "").resolve().parent in dirs:
-            return loaded
-    for d in dirs:
-        spec = importlib.util.spec_from_file_location(
-            "bench", d / "__init__.py", submodule_search_locations=[str(d)])
-        if spec is None or spec.loader is None:
-            continue
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules["bench"] = mod
-        try:
-            spec.loader.exec_module(mod)
-        except Exception:
-            sys.modules.pop("bench", None)
-            raise
-        return mod
-    return None
 
 
 def cmd_bench(argv: list[str], prog: str) -> int:
-    """Hands argv to the source tree's bench (`python -m bench`), or says where it is
-    (exit status 1: whatever the arguments, there is nothing here to run them)."""
-    from scopedgpu._version import __version__
-    bench = _load_bench()
-    if bench is None:
-        print(BENCH_MISSING.format(prog=prog, version=__version__), file=sys.stderr)
-        return 1
-    return int(bench.main(argv, prog=f"{prog} bench"))
+    """Hands argv to the benchmark suite, scopedgpu.bench (imported here only: nothing else
+    in the library imports it). Its exit status: 0, 2 when a phase failed, 1 when nothing
+    could run."""
+    from scopedgpu.bench import cli
+    return int(cli.main(argv, prog=f"{prog} bench"))
 
 
 def make_parser(prog: str) -> argparse.ArgumentParser:
-    """The command line of every sub-command but `bench` (whose options are the source
-    tree's bench's own: main() hands them over before parsing)."""
+    """The command line of every sub-command but `bench` (whose options are
+    scopedgpu.bench's own: main() hands them over before parsing)."""
     from scopedgpu._version import __version__
     parser = argparse.ArgumentParser(prog=prog,
                                      description="scopedgpu: GPU compute on any Vulkan device")
@@ -298,7 +246,7 @@ def make_parser(prog: str) -> argparse.ArgumentParser:
                         "(repeatable)")
     p.set_defaults(func=cmd_compile, prog=prog)
     # `bench` is handled above; this entry is for the command list of --help.
-    sub.add_parser("bench", help=BENCH_HELP + " (from a source checkout)", add_help=False)
+    sub.add_parser("bench", help=BENCH_HELP, add_help=False)
     return parser
 
 

@@ -30,5 +30,10 @@ PATH="$tmp/nocompiler:$PATH" "$tools/bin/python" -m build --wheel -o "$tmp/wheel
 PATH="$tools/bin:$PATH" "$tools/bin/auditwheel" repair --strip -w "$out" "$tmp"/wheel/scopedgpu-*.whl \
   >"$tmp/repair.log" 2>&1 || { cat "$tmp/repair.log"; exit 1; }
 cp "$sdist" "$out/"
+# the benchmark suite ships in the package (scopedgpu/bench/, its C source included), never
+# as a top-level `bench`
+names=$("$tools/bin/python" -m zipfile -l "$out"/scopedgpu-*.whl | awk '{print $1}')
+grep -qx 'scopedgpu/bench/yardstick.c' <<<"$names" || { echo "the wheel lacks scopedgpu/bench/yardstick.c"; exit 1; }
+! grep -q '^bench/' <<<"$names" || { echo "the wheel has a top-level bench/"; exit 1; }
 "$tools/bin/auditwheel" show "$out"/scopedgpu-*.whl
 ls -l "$out"/scopedgpu-*

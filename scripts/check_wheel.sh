@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
 # Installs a built scopedgpu (wheel or sdist) into a fresh venv that cannot see this
 # source tree, then runs what a new user would: `scopedgpu info`, `scopedgpu demo`, and
-# tests/test_installed.py (copied out of the tree; pytest alone, no GLSL compiler).
+# tests/test_installed.py (copied out of the tree; pytest alone, no GLSL compiler; it runs
+# `scopedgpu bench` too, with its plot where the bench extra brought matplotlib).
 #   bash scripts/check_wheel.sh PYTHON DIST [PYTHON DIST ...]
 # e.g. bash scripts/check_wheel.sh python3.9 dist/scopedgpu-0.1.0-cp39-abi3-manylinux_2_34_x86_64.whl
 # Options through the environment:
 #   CHECK_VENV_ARGS  extra `python -m venv` arguments (e.g. --system-site-packages)
 #   CHECK_PIP_ARGS   extra `pip install` arguments (e.g. --no-index --find-links .whl)
-#   CHECK_EXTRA      an extra to install with it; with `glsl`, also checks that
-#                    sg.compile_glsl compiles and runs a shader with an empty PATH (no
-#                    glslc, no glslangValidator) and a fresh shader cache
+#   CHECK_EXTRA      extras to install with it, comma-separated (e.g. glsl,bench); with
+#                    `glsl`, also checks that sg.compile_glsl compiles and runs a shader
+#                    with an empty PATH (no glslc, no glslangValidator) and a fresh shader
+#                    cache (`bench` brings matplotlib: test_installed.py then checks the
+#                    bench's plot)
 # Prints one summary line per PYTHON/DIST pair; exits non-zero if any step failed.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-[ $# -ge 2 ] && [ $(($# % 2)) -eq 0 ] || { sed -n 2,12p "$0"; exit 2; }
+[ $# -ge 2 ] && [ $(($# % 2)) -eq 0 ] || { sed -n 2,16p "$0"; exit 2; }
 summary=()
 status=0
 while [ $# -ge 2 ]; do
@@ -60,7 +63,7 @@ while [ $# -ge 2 ]; do
     # shellcheck disable=SC2086
     if "$v/scopedgpu" $step; then res+=("${step%% *} ok"); else res+=("${step%% *} FAILED"); status=1; fi
   done
-  if [ "${CHECK_EXTRA:-}" = glsl ]; then
+  if [[ ",${CHECK_EXTRA:-}," == *,glsl,* ]]; then
     mkdir "$work/emptybin"
     if env PATH="$work/emptybin" SCOPEDGPU_CACHE_DIR="$work/cache" "$v/python" -c '
 import shutil, numpy as np, scopedgpu as sg

@@ -1,17 +1,22 @@
 """The package's structure (docs/architecture.md): the modules of scopedgpu/ import each
 other without a cycle (module-level, TYPE_CHECKING and function-level imports all count),
 only scopedgpu/_vk.py touches the C extension (through _ffi.py, the raw loader), only
-scopedgpu/_settings.py reads a SCOPEDGPU_ environment variable, and no module reads or
-writes a private attribute (`x._name`) that only another module defines.
+scopedgpu/_settings.py reads a SCOPEDGPU_ environment variable, no module reads or
+writes a private attribute (`x._name`) that only another module defines, and the benchmark
+suite (the subpackage scopedgpu.bench) stays outside the library: only __main__ imports
+it, inside the function of the `bench` sub-command.
 Each checker takes a directory, so the tests below also feed it planted violations."""
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 import scopedgpu
+from tests.conftest import source_env
 
 PKG = Path(scopedgpu.__file__).resolve().parent
 EXCLUDED: set[str] = set()
@@ -50,7 +55,8 @@ def _targets(node: ast.AST, package: str, names: set[str]) -> list[str]:
 def import_graph(pkg: Path) -> dict[str, dict[str, bool]]:
     """module -> {imported module: True when every such import is inside a function}."""
     mods = _modules(pkg)
-    names = set(mods) | {p.stem for p in pkg.glob("*.so")} | {"_sg"}
+    subpackages = {p.name for p in pkg.iterdir() if (p / "__init__.py").is_file()}
+    names = set(mods) | subpackages | {p.stem for p in pkg.glob("*.so")} | {"_sg"}
     graph: dict[str, dict[str, bool]] = {m: {} for m in mods}
 
     def visit(mod: str, node: ast.AST, in_function: bool) -> None:
@@ -196,6 +202,54 @@ def settings_door_violations(pkg: Path) -> list[str]:
             if _sg_name(name):
                 found.append(f"{mod}.py:{node.lineno}: {name.value}")  # type: ignore[union-attr]
     return sorted(found)
+
+
+def bench_importers(pkg: Path) -> list[str]:
+    """Imports of the benchmark suite (scopedgpu.bench) by the library's modules: allowed
+    only in __main__, and there only inside a function (the `bench` sub-command), so that
+    neither `import scopedgpu` nor any other command loads it."""
+    return sorted(f"{mod}.py imports bench" + ("" if in_function else " at module level")
+                  for mod, targets in import_graph(pkg).items()
+                  for target, in_function in targets.items()
+                  if target == "bench" and not (mod == "__main__" and in_function))
+
+
+def test_the_bench_stays_outside_the_library():
+    assert bench_importers(PKG) == []
+    assert (PKG / "bench" / "__init__.py").is_file()
+    assert import_graph(PKG)["__main__"].get("bench") is True   # the one door, used lazily
+    # and at run time: importing every module of the library loads no part of it
+    code = ("import importlib, sys\n"
+            f"for name in {sorted(m for m in _modules(PKG) if m != '__main__')!r}:\n"
+            "    try:\n"
+            "        importlib.import_module('scopedgpu.' + name)\n"
+            "    except ImportError as exc:\n"
+            "        if (exc.name or '').startswith('scopedgpu'):\n"
+            "            raise\n"           # an optional dependency (dask) may be missing
+            "print(sorted(m for m in sys.modules if m.startswith('scopedgpu.bench')))\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, env=source_env())
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines()[-1] == "[]", res.stdout
+
+
+def test_a_planted_import_of_the_bench_is_found(tmp_path):
+    pkg = _write(tmp_path / "scopedgpu", {
+        "__init__.py": "from . import bench\n",
+        "__main__.py": "def cmd_bench():\n    from scopedgpu.bench import cli\n",
+        "aio.py": "def f():\n    import scopedgpu.bench.suite\n",
+        "kp.py": "from .bench.report import table\n",
+    })
+    (pkg / "bench").mkdir()
+    (pkg / "bench" / "__init__.py").write_text("")
+    assert bench_importers(pkg) == ["__init__.py imports bench at module level",
+                                    "aio.py imports bench",
+                                    "kp.py imports bench at module level"]
+    (pkg / "__main__.py").write_text("from scopedgpu.bench import cli\n")
+    (pkg / "__init__.py").write_text("")
+    assert bench_importers(pkg) == ["__main__.py imports bench at module level",
+                                    "aio.py imports bench",
+                                    "kp.py imports bench at module level"]
 
 
 def test_only_settings_reads_scopedgpu_variables():

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 import scopedgpu as sg
 from scopedgpu import __main__ as sg_main, _settings
@@ -93,25 +94,41 @@ def test_bench_help_stands_on_its_own():
     assert res.stdout.startswith("usage: python -m scopedgpu bench")
 
 
-def test_bench_is_found_next_to_the_package_from_any_directory(tmp_path):
-    # Not on the path through the working directory: found beside the imported package.
+def test_bench_is_the_packages_own_from_any_directory(tmp_path):
+    # scopedgpu.bench, wherever the command runs: a `bench` package in the working
+    # directory (the name the suite had at the top of the source tree) is never imported.
+    decoy = tmp_path / "bench"
+    decoy.mkdir()
+    (decoy / "__init__.py").write_text("raise SystemExit('the top-level bench was imported')\n")
+    (decoy / "yardstick.c").write_text("")
     root = os.path.dirname(os.path.dirname(os.path.abspath(sg_main.__file__)))
     path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
     res = run("bench", "--help", env={"PYTHONPATH": path}, cwd=str(tmp_path))
     assert res.returncode == 0, res.stderr
-    assert "plain-C Vulkan yardstick" in res.stdout
+    assert res.stdout.startswith("usage: python -m scopedgpu bench")
+    assert "plain-C Vulkan yardstick" in res.stdout and "--only" in res.stdout
+    probe = ("import sys\nfrom scopedgpu.__main__ import main\n"
+             "try:\n    main(['bench', '--help'])\nexcept SystemExit:\n    pass\n"
+             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'bench'),"
+             " sys.modules['scopedgpu.bench'].__file__)\n")
+    res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         timeout=120, cwd=str(tmp_path), env=dict(os.environ, PYTHONPATH=path))
+    assert res.returncode == 0, res.stderr
+    top, where = res.stdout.splitlines()[-1].split()   # after the help text
+    assert top == "[]"
+    assert where == os.path.join(root, "scopedgpu", "bench", "__init__.py")
 
 
-def test_bench_without_the_source_tree_says_where_it_is(monkeypatch, capsys):
-    # What an installed wheel does: no `bench` package beside it, none on the path.
-    monkeypatch.setattr(sg_main, "_bench_dirs", lambda: [])
-    monkeypatch.delitem(sys.modules, "bench", raising=False)
-    assert sg_main.main(["bench", "--quick"], prog="scopedgpu") == 1   # not argparse's 2
-    out, err = capsys.readouterr()
-    assert out == ""
-    assert "ships with scopedgpu's source" in err and "python -m bench --quick" in err
-    assert f"pip download --no-deps --no-binary :all: scopedgpu=={sg.__version__}" in err
-    assert err.startswith("scopedgpu bench:")
+def test_bench_options_are_the_suites_own(capsys):
+    # main() hands bench's arguments over before parsing: the suite's parser answers, with
+    # its usage errors (status 2) and the command's name; its help line is the suite's.
+    from scopedgpu.bench import cli
+    assert sg_main.BENCH_HELP == cli.HELP
+    with pytest.raises(SystemExit) as exc:
+        sg_main.main(["bench", "--only", "saxpyy"], prog="scopedgpu")
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: scopedgpu bench ") and "invalid choice: 'saxpyy'" in err
 
 
 def test_console_command_names_itself():

@@ -118,15 +118,15 @@ def test_worker_killed_mid_task_rerun_elsewhere_survivor_leaks_nothing(tmp_path,
 
 
 def test_scaling_task_with_committed_spirv():
-    """bench/dask_scaling.py's task, outside a worker (the process-wide Manager), with the
+    """scopedgpu/bench/dask_scaling.py's task, outside a worker (the process-wide Manager), with the
     SPIR-V committed next to it: the results its client checks are right."""
     import importlib.util
     from tests.conftest import ROOT
-    path = os.path.join(ROOT, "bench", "dask_scaling.py")
+    path = os.path.join(ROOT, "scopedgpu", "bench", "dask_scaling.py")
     spec = importlib.util.spec_from_file_location("dask_scaling", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    spirv = open(os.path.join(ROOT, "bench", "shaders", "lcg_fill.spv"), "rb").read()
+    spirv = open(os.path.join(ROOT, "scopedgpu", "bench", "shaders", "lcg_fill.spv"), "rb").read()
     assert sgd._fallback is None or sgd._fallback.closed   # no test opened it before
     before = sg.live_vulkan_objects()["devices"]
     try:

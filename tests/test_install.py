@@ -114,10 +114,14 @@ def test_the_sdist_carries_what_a_build_needs(tmp_path):
               "csrc/vendor/vulkan/vulkan_core.h", "csrc/vendor/vulkan/vk_platform.h",
               "scopedgpu/py.typed", "scopedgpu/shaders/manifest.json"}
     needed |= {f"csrc/{p.name}" for p in (ROOT / "csrc").glob("*.c")}
-    # the benchmarks ship with the source (python -m bench from the unpacked sdist)
-    needed |= {f"bench/{p.relative_to(ROOT / 'bench')}" for p in (ROOT / "bench").rglob("*")
-               if p.suffix in (".py", ".c", ".comp", ".spv", ".txt")}
-    assert "bench/yardstick.c" in needed and "bench/__main__.py" in needed
+    # the benchmarks (scopedgpu/bench/, with the C yardstick's source and the bench's
+    # shaders) and the shim of `python -m bench` from the unpacked sdist
+    bench = [p for p in (ROOT / "scopedgpu" / "bench").rglob("*")
+             if p.suffix in (".py", ".c", ".comp", ".spv")]
+    bench += [*(ROOT / "bench").glob("*.py"), *(ROOT / "bench").glob("*.txt")]
+    needed |= {str(p.relative_to(ROOT)) for p in bench}
+    assert {"scopedgpu/bench/yardstick.c", "scopedgpu/bench/shaders/scale.spv",
+            "bench/__main__.py", "bench/dask-wheels.txt"} <= needed
     # the docs README links to, the examples and the changelog
     needed |= {str(p.relative_to(ROOT)) for p in [*(ROOT / "docs").glob("*.md"),
                                                   *(ROOT / "examples").glob("*.py")]}

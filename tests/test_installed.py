@@ -8,6 +8,8 @@ Nothing here compiles GLSL: the shaders are the package's built-in SPIR-V."""
 from __future__ import annotations
 
 import gc
+import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -41,7 +43,15 @@ def child(code: str, **env: str) -> subprocess.CompletedProcess:
 
 def test_package_data_is_there():
     assert (PKG / "py.typed").is_file()
-    assert not (PKG / "yardstick.c").exists()  # the bench ships with the source only
+    # the benchmark suite and its data: the C yardstick's source and the bench's shaders
+    assert (PKG / "bench" / "yardstick.c").is_file()
+    for name in ("lcg_fill", "saxpy_out", "saxpy_vec4", "scale"):
+        assert (PKG / "bench" / "shaders" / f"{name}.spv").read_bytes()[:4] == SPIRV_MAGIC, name
+        assert (PKG / "bench" / "shaders" / f"{name}.comp").is_file(), name
+    # never a top-level `bench` package in site-packages: only a source tree has one (the
+    # shim of `python -m bench`)
+    source_tree = (PKG.parent / "build_ffi.py").is_file()
+    assert (PKG.parent / "bench" / "__init__.py").is_file() == source_tree
     assert list(PKG.glob("_sg*.so")), "the compiled shim is missing"
     for name in BUILTIN:
         spirv = builtin_spirv(name)
@@ -179,12 +189,54 @@ def test_demo_without_a_driver_prints_one_line():
     assert "Install a Vulkan loader and a driver" in lines[0]
 
 
-def test_bench_runs_from_a_source_tree_and_says_where_it_is_otherwise():
-    # The benchmark suite (`bench`, with its C yardstick) ships with the source, not the
-    # wheel: beside a checkout `scopedgpu bench` runs it; installed, it says where it is.
-    res = child("import sys; from scopedgpu.__main__ import main; "
-                "sys.exit(main(['bench', '--help'], prog='scopedgpu'))")
-    in_checkout = (PKG.parent / "bench" / "yardstick.c").is_file()
-    assert res.returncode == (0 if in_checkout else 1), res.stderr
-    expected = "plain-C Vulkan yardstick" if in_checkout else "ships with scopedgpu's source"
-    assert expected in (res.stdout if in_checkout else res.stderr)
+def _has_vulkan_headers(cc: str, include: Path | None) -> bool:
+    """Whether cc finds vulkan/vulkan.h (in include, else on its own search path)."""
+    res = subprocess.run([cc, *(["-I", str(include)] if include else []), "-E", "-x", "c",
+                          "-o", os.devnull, "-"], input="#include <vulkan/vulkan.h>\n",
+                         capture_output=True, text=True, timeout=60)
+    return res.returncode == 0
+
+
+def test_bench_runs_from_the_installed_package(tmp_path):
+    """`scopedgpu bench` (the package's scopedgpu.bench) from a folder outside any source
+    tree: the latency and saxpy figures next to the C yardstick, compiled where a C
+    compiler finds Vulkan's headers (a source tree's csrc/vendor, else the system's), else
+    the bench says why there is none and runs without it; --plot draws with the [bench]
+    extra's matplotlib, or says to install it."""
+    console = Path(sys.executable).parent / "scopedgpu"   # the command pip made in a venv
+    cmd = [str(console)] if console.is_file() else [sys.executable, "-m", "scopedgpu"]
+    name = "scopedgpu" if console.is_file() else "python -m scopedgpu"
+    out = tmp_path / "bench.json"
+    env = dict(os.environ, PYTHONPATH=pythonpath(), XDG_CACHE_HOME=str(tmp_path / "cache"))
+    env.pop("SCOPEDGPU_DEBUG", None)   # validation would measure the layer, not scopedgpu
+    res = subprocess.run([*cmd, "bench", "--quick", "--no-cupy", "--only", "latency,saxpy",
+                          "--json", str(out), "--plot"], capture_output=True, text=True,
+                         timeout=300, env=env, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert data["errors"] == {} and data["sweeps"].keys() == {"saxpy"}
+    assert data["figures"]["saxpy"]["value"] > 0
+    assert data["meta"]["command"].startswith(f"{name} bench --quick")
+
+    from scopedgpu.bench import report, yardstick
+
+    cc = yardstick.find_cc()
+    vendor = yardstick.VENDORED_HEADERS
+    headers = cc is not None and _has_vulkan_headers(
+        cc, vendor if (vendor / "vulkan").is_dir() else None)
+    note = data["meta"]["c_yardstick"]
+    built = note.startswith(("compiled ", "cached "))
+    assert built == headers, note
+    assert built or note in (yardstick.NO_HEADERS, yardstick.NO_CC), note
+    lat = data["figures"]["latency"]
+    assert lat["value"] > 0 and (lat["yardstick"] is not None) == built, lat
+    row = next(ln for ln in res.stdout.splitlines() if ln.startswith(lat["label"]))
+    ratio = "-" if lat["ratio"] is None else f"{lat['ratio']:.2f}"
+    assert row[len(lat["label"]):].split()[:4] == [
+        "us", report.num(lat["value"], "us"), report.num(lat["yardstick"], "us"), ratio], row
+
+    plots = sorted(p.name for p in tmp_path.glob("*.png"))
+    if importlib.util.find_spec("matplotlib") is not None:    # the [bench] extra
+        assert plots == ["bench.png"] and (tmp_path / "bench.png").read_bytes()[:4] == b"\x89PNG"
+    else:
+        assert plots == [] and "pip install 'scopedgpu[bench]'" in res.stderr

@@ -89,7 +89,7 @@ def test_multi_device_bench_quick(tmp_path):
     out = tmp_path / "multi.json"
     env = source_env()
     env.pop("SCOPEDGPU_DEBUG", None)    # validation would measure the layer
-    res = subprocess.run([sys.executable, str(Path(ROOT) / "bench" / "multi_device.py"),
+    res = subprocess.run([sys.executable, str(Path(ROOT) / "scopedgpu" / "bench" / "multi_device.py"),
                           "--managers", "2", "--quick", "--seconds", "0.05", "--json", str(out)],
                          capture_output=True, text=True, timeout=300, env=env)
     assert res.returncode == 0, res.stdout + res.stderr

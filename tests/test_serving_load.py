@@ -22,7 +22,7 @@ import scopedgpu as sg
 from scopedgpu import aio
 from scopedgpu.testing import live_counts
 
-SCALE = Path(__file__).resolve().parent.parent / "bench" / "shaders" / "scale.spv"
+SCALE = Path(__file__).resolve().parent.parent / "scopedgpu" / "bench" / "shaders" / "scale.spv"
 N = 4096                        # floats per request (16 KiB), as the bench's serve figure
 CONCURRENCY = 256
 BATCHES = 4

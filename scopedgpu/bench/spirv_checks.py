@@ -3,7 +3,7 @@ structural, interface and capability checks), a cached verdict (one sha256 and a
 look-up), and mgr.algorithm() with a module the manager has seen (no check at all).
 Prints a table and writes JSON.
 
-    python bench/spirv_checks.py [--json spirv_checks.json] [--repeat 2000]
+    python -m scopedgpu.bench.spirv_checks [--json spirv_checks.json] [--repeat 2000]
 
 Needs only the built-in shaders (no GLSL compiler); without SPIRV-Tools it measures the
 checks that remain and says so.

@@ -4,12 +4,12 @@ Measures, for each device alone and then for all of them at once (threads starte
 together), a vec4 grid-stride saxpy over data resident on the device (float32, 10
 dispatches per submission) and numpy-to-device and device-to-numpy transfers; prints the
 aggregate rates, the speed-up over one device alone and the fraction of linear, and
-writes JSON. The SPIR-V is committed next to this script (bench/shaders/), so no GLSL
+writes JSON. The SPIR-V is committed next to this script (shaders/), so no GLSL
 compiler is needed.
 
-    python bench/multi_device.py                      # every device of the best kind
-    python bench/multi_device.py --devices 0,1 --json multi.json
-    python bench/multi_device.py --managers 2 --quick # one device opened twice (lavapipe)
+    python -m scopedgpu.bench.multi_device            # every device of the best kind
+    python -m scopedgpu.bench.multi_device --devices 0,1 --json multi.json
+    python -m scopedgpu.bench.multi_device --managers 2 --quick  # one device opened twice (lavapipe)
 
 `python -m scopedgpu bench --multi-device` runs this script too (from a source checkout).
 """

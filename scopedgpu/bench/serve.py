@@ -2,7 +2,7 @@
 levels of concurrency, next to the C yardstick's `serve` task.
 
 A request is a float32 array of 4,096 elements (16 KiB) in, `y = a * x` on the device
-(bench/shaders/scale.comp: local size 64, one push constant `a`), the result out. Its
+(shaders/scale.comp: local size 64, one push constant `a`), the result out. Its
 two tensors, its algorithm and its sequence are made and destroyed in `with` blocks per
 request, as examples/async_service.py does, and the GPU is awaited through
 `scopedgpu.aio.eval`. At most C requests are in flight (an asyncio.Semaphore): a driver

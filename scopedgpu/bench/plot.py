@@ -1,10 +1,10 @@
-"""Plots a `python -m bench --json FILE` result (also `python -m scopedgpu bench`): transfer
+"""Plots a `scopedgpu bench --json FILE` result (`python -m scopedgpu bench`): transfer
 rate (upload and download) and saxpy bandwidth against size, scopedgpu next to its
 yardsticks (C, CuPy); and, next to the JSON (NAME.transfers.png), the round trip numpy ->
 device -> numpy from 4 KiB up: scopedgpu against the C yardstick's best path at each size
 (and each C path).
 
-    python bench/plot.py bench.json [-o docs/benchmarks.png]
+    python -m scopedgpu.bench.plot bench.json [-o docs/benchmarks.png]
 
 Draws with matplotlib, the `[bench]` extra (`pip install 'scopedgpu[bench]'`, or
 `pip install matplotlib`). Without it, the script says so and writes no plot (exit status

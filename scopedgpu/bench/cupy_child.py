@@ -6,7 +6,7 @@ the same Python, which imports CuPy, runs the tasks and prints one `RESULT {json
 each, as the C yardstick does; the child exits, and its CUDA context with it, before the
 bench measures anything else. A task that fails returns {"task": ..., "error": ...}.
 
-    python bench/cupy_child.py '[{"task": "probe"}, {"task": "latency", "iters": 300}]'
+    python scopedgpu/bench/cupy_child.py '[{"task": "probe"}, {"task": "latency", "iters": 300}]'
 
 Tasks (every kernel is an ElementwiseKernel `y = a * x + y` over float32, CuPy's saxpy):
     probe                       CuPy's version and the CUDA devices it sees

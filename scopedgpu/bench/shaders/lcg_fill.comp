@@ -1,5 +1,5 @@
 #version 450
-// A GPU-bound task (bench/dask_scaling.py): v[i] = `iters` steps of a 32-bit LCG from
+// A GPU-bound task (scopedgpu/bench/dask_scaling.py): v[i] = `iters` steps of a 32-bit LCG from
 // i * 2654435761 + seed. Integer arithmetic, so that the loop cannot be shortened, and the
 // host can check any element by jumping ahead. 2D grid of 256-wide groups.
 layout(local_size_x = 256) in;

@@ -6,7 +6,7 @@
   back, end to end as a user writes it (`t.data()[:] = x; seq.eval(); y[:] = t.data()`,
   the sequence [OpTensorSyncDevice, OpTensorSyncLocal] recorded once), against the best
   of the C yardstick's paths at that size (pinned staging, ReBAR, imported host memory);
-- stream_saxpy: a numpy array streamed through saxpy in chunks (bench/stream.py) against
+- stream_saxpy: a numpy array streamed through saxpy in chunks (stream.py) against
   the C yardstick's concurrent host-to-device plus device-to-host DMA rate.
 GB/s counts the bytes a figure moves: both ways for the round trips, input and output for
 the stream.

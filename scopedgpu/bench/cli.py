@@ -1,5 +1,6 @@
-"""The bench's command line: `python -m bench` from a source checkout, and what
-`python -m scopedgpu bench` (the `scopedgpu bench` command) hands its arguments to."""
+"""The bench's command line: what `scopedgpu bench` (`python -m scopedgpu bench`) hands its
+arguments to; also `python -m scopedgpu.bench`, and `python -m bench` from a source
+checkout (a shim)."""
 from __future__ import annotations
 
 import argparse
@@ -11,7 +12,6 @@ from pathlib import Path
 
 from .report import markdown, table
 
-HERE = Path(__file__).resolve().parent
 
 WHAT = ("measure dispatch latency, chains of dependent dispatches, saxpy bandwidth, "
         "host<->device transfers (large, and every size from 4 KiB to 4 MiB), a streamed "
@@ -21,7 +21,7 @@ WHAT = ("measure dispatch latency, chains of dependent dispatches, saxpy bandwid
 HELP = "measure the performance figures next to a plain-C Vulkan yardstick"
 
 
-# The phases of the suite, in the order they run (bench/suite.py's run()).
+# The phases of the suite, in the order they run (suite.py's run()).
 PHASES = ["latency", "dispatch chain", "saxpy", "transfers", "transfer sweep", "stream",
           "sequence churn", "tensor churn", "serve", "long churn"]
 
@@ -50,7 +50,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--markdown", metavar="FILE", default=None,
                    help="write the table as Markdown (for docs/benchmarks.md)")
     p.add_argument("--plot", action="store_true",
-                   help="with --json: also draw the curves next to it (bench/plot.py)")
+                   help="with --json: also draw the curves next to it (scopedgpu.bench.plot)")
     p.add_argument("--cycles", type=int, default=None,
                    help="cycles of the long churn (default 1,000,000; --quick 3,000)")
     p.add_argument("--max-churn-seconds", type=float, default=150.0,
@@ -69,10 +69,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.add_argument("--multi-device", action="store_true",
                    help="instead: saxpy and transfer rates of every device at once against "
-                        "one alone (bench/multi_device.py; --device takes a list: 0,1)")
+                        "one alone (scopedgpu.bench.multi_device; --device takes a list: 0,1)")
 
 
-def parser(prog: str = "python -m bench") -> argparse.ArgumentParser:
+def parser(prog: str = "python -m scopedgpu.bench") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description=WHAT[0].upper() + WHAT[1:] + ". The "
                                 "goal column is scopedgpu's own target for each figure.")
     add_arguments(p)
@@ -81,12 +81,12 @@ def parser(prog: str = "python -m bench") -> argparse.ArgumentParser:
 
 def cmd_multi_device(args: argparse.Namespace) -> int:
     """--multi-device: the figures of several devices at once, measured by
-    bench/multi_device.py (one Manager per device, one thread each)."""
-    script = HERE / "multi_device.py"
-    cmd = [sys.executable, str(script), *(["--quick"] if args.quick else []),
+    scopedgpu.bench.multi_device (one Manager per device, one thread each)."""
+    cmd = [sys.executable, "-m", "scopedgpu.bench.multi_device",
+           *(["--quick"] if args.quick else []),
            *(["--json", args.json] if args.json else []),
            *(["--devices", str(args.device)] if args.device is not None else [])]
-    # The script imports scopedgpu: the same one as this process, installed or not.
+    # The child imports scopedgpu: the same one as this process, installed or not.
     import scopedgpu
     env = dict(os.environ)
     pkg_parent = str(Path(scopedgpu.__file__).resolve().parent.parent)
@@ -124,7 +124,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0 if not results["errors"] else 2
 
 
-def main(argv: list[str] | None = None, prog: str = "python -m bench") -> int:
+def main(argv: list[str] | None = None, prog: str = "python -m scopedgpu.bench") -> int:
     """Runs the bench with argv (default sys.argv[1:]); returns the exit status: 0 when
     every phase ran, 2 when one failed, 1 when nothing could run."""
     argv = list(sys.argv[1:] if argv is None else argv)

@@ -1,15 +1,15 @@
 """Dask scaling: one worker per GPU, a GPU-bound workload, one worker against two.
 
 Each task fills a tensor of `--n` uint32 on its worker's GPU with `--iters` steps of a
-32-bit LCG per element (bench/shaders/lcg_fill.spv: integer work, no upload), reads it
+32-bit LCG per element (shaders/lcg_fill.spv: integer work, no upload), reads it
 back and returns a sample of it; the client checks every sample against numpy (by jumping
 the LCG ahead). The same `--tasks` tasks run on a LocalCluster of 1 worker, then of
 `--workers` workers (one per device, round-robin by worker name; a one-device machine
 opens its device once per worker); the script prints the times and the speed-up, and
 writes JSON. The SPIR-V is committed next to this script, so no GLSL compiler is needed.
 
-    python bench/dask_scaling.py                      # two-GPU host: goal >= 1.8x
-    python bench/dask_scaling.py --quick              # lavapipe: checks that it runs
+    python -m scopedgpu.bench.dask_scaling            # two-GPU host: goal >= 1.8x
+    python -m scopedgpu.bench.dask_scaling --quick    # lavapipe: checks that it runs
 """
 from __future__ import annotations
 

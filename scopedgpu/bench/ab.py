@@ -4,7 +4,7 @@ tensor churn (with 10,000 live) and a request round trip (per-request tensors, a
 and sequence: upload, dispatch, download, all destroyed). Each version runs in processes
 of its own, alternating, `--rounds` times; the medians and the ratio B/A are printed.
 
-    python bench/ab.py DIR_A DIR_B [--rounds 3] [--seconds 1.0] [--json FILE]
+    python -m scopedgpu.bench.ab DIR_A DIR_B [--rounds 3] [--seconds 1.0] [--json FILE]
 
 DIR_A and DIR_B each hold a `scopedgpu` package (a checkout, or a copy of one's
 scopedgpu/ with its compiled extension and shaders). Made to check that a change to the
@@ -99,7 +99,8 @@ def worker(seconds: float) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python bench/ab.py", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m scopedgpu.bench.ab",
+                                description=__doc__.split("\n\n")[0])
     p.add_argument("a", nargs="?")
     p.add_argument("b", nargs="?")
     p.add_argument("--rounds", type=int, default=3)

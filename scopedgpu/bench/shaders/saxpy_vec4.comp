@@ -1,6 +1,6 @@
 #version 450
 // y = a * x + y over float32 as vec4, grid-stride: a fixed grid of 256-wide groups walks
-// the whole array (bench/multi_device.py).
+// the whole array (scopedgpu/bench/multi_device.py).
 layout(local_size_x = 256) in;
 layout(push_constant) uniform P { float a; } p;
 layout(set = 0, binding = 0) readonly buffer X { vec4 x[]; };

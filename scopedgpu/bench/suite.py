@@ -1,17 +1,17 @@
 """The benchmark suite: every figure of SPEC.md's Performance section, next to its
 yardstick measured in the same run on the same device, and the ratio.
 
-Yardsticks: a plain C program against Vulkan (bench/yardstick.c, compiled at run time with
-the system C compiler and cached under build/bench/), driving the same SPIR-V on the same
-device; and CuPy where it imports, always in a child process (bench/cupy_child.py), so
+Yardsticks: a plain C program against Vulkan (yardstick.c, compiled at run time with the
+system C compiler and cached: yardstick.py), driving the same SPIR-V on the same
+device; and CuPy where it imports, always in a child process (cupy_child.py), so
 that no CUDA context shares this process with scopedgpu's figures. Without a C compiler,
 or without CuPy, the rows stay and say so; no ratio is made up.
 
 Sizes come from what the device reports (maxStorageBufferRange, heap size), never
 hard-coded: 2^26 floats and 256 MiB where they fit, less where they do not (lavapipe).
 --quick runs everything small, for CI. The transfer figures (the large upload and
-download, the size sweep from 4 KiB, the streamed saxpy) live in bench/transfers.py, the
-dispatch chain in bench/chain.py, the serving workload in bench/serve.py.
+download, the size sweep from 4 KiB, the streamed saxpy) live in transfers.py, the dispatch
+chain in chain.py, the serving workload in serve.py.
 
 The suite uses scopedgpu's public API only (and the built-in shaders' files).
 """

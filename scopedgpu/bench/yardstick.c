@@ -1,10 +1,10 @@
-/* The C yardstick of `python -m bench` (and `python -m scopedgpu bench`): plain Vulkan, no
+/* The C yardstick of `scopedgpu bench` (`python -m scopedgpu bench`): plain Vulkan, no
  * scopedgpu, driving the same SPIR-V (saxpy.spv) on the same device, so that the bench can
  * report how close the Python library gets to the floor any Vulkan program can reach.
  *
- * Built by the bench at run time with the system C compiler, against the Vulkan headers
- * vendored in csrc/vendor (else the system's):
- *     cc -O2 -std=gnu11 -I csrc/vendor bench/yardstick.c -o yardstick -ldl
+ * Built by the bench at run time (yardstick.py) with the system C compiler, against the
+ * Vulkan headers vendored in csrc/vendor of a source tree (else the system's):
+ *     cc -O2 -std=gnu11 -I csrc/vendor scopedgpu/bench/yardstick.c -o yardstick -ldl
  * Usage: yardstick SAXPY_SPV DEVICE_INDEX TASK... where each TASK is one of
  *     latency ITERS            re-submit one recorded 64-float saxpy dispatch; poll the
  *                              fence (vkGetFenceStatus) until done; then the same with
@@ -35,7 +35,7 @@
  *                              then REPS times waited on (vkWaitForFences); median seconds
  *                              per submission and per dispatch of each.
  *     serve N REQUESTS INFLIGHT  the serve figure's request, with this task's shader
- *                              (bench/shaders/scale.spv: y = a * x, local size 64, one
+ *                              (shaders/scale.spv: y = a * x, local size 64, one
  *                              float push constant): per request N floats memcpy'd into
  *                              persistently mapped staging, a command buffer recorded
  *                              (staging -> device copy, dispatch with the request's a,

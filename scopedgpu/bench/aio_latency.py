@@ -4,7 +4,7 @@ waiter thread) against a blocking `seq.eval()`, polling from the loop with
 (`asyncio.to_thread(seq.eval_await)`), for dispatches of a few lengths. One request at a
 time, then 64 at once. CPU is process CPU seconds per wall second (1.0 = one core busy).
 
-    python bench/aio_latency.py [--quick] [--json FILE]
+    python -m scopedgpu.bench.aio_latency [--quick] [--json FILE]
 """
 from __future__ import annotations
 

@@ -1,6 +1,14 @@
-"""The C yardstick's driver: compiles bench/yardstick.c once per source version (with the
-system C compiler, against the Vulkan headers vendored in csrc/vendor, else the system's)
-and runs its tasks in a child process, reading one `RESULT {json}` line per result."""
+"""The C yardstick's driver: compiles yardstick.c (package data, next to this file) once
+per source version and runs its tasks in a child process, reading one `RESULT {json}` line
+per result.
+
+What it needs: a C compiler ($CC, cc, gcc or clang) and Vulkan's headers: those vendored in
+csrc/vendor where the bench runs from a source tree (a checkout or the sdist), else the
+system's (`vulkan/vulkan.h`: libvulkan-dev, vulkan-headers); at run time only the Vulkan
+loader, which the yardstick opens itself (dlopen of libvulkan.so.1, as scopedgpu does).
+Without either, the bench says so and runs without it. The binary is cached in the source
+tree's build/bench/, else in $XDG_CACHE_HOME/scopedgpu (~/.cache/scopedgpu), else in the
+temporary folder."""
 from __future__ import annotations
 
 import hashlib
@@ -14,7 +22,12 @@ from typing import Any, Callable
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "yardstick.c"
-VENDORED_HEADERS = HERE.parent / "csrc" / "vendor"
+# scopedgpu/bench/ -> the source tree's top (meaningful in a checkout or an unpacked sdist)
+TREE = HERE.parent.parent
+VENDORED_HEADERS = TREE / "csrc" / "vendor"
+NO_CC = "no C compiler found (set CC or install gcc): no C yardstick"
+NO_HEADERS = ("no Vulkan headers for the C yardstick (vulkan/vulkan.h: install libvulkan-dev, "
+              "or vulkan-headers; a source checkout carries its own): no C yardstick")
 
 
 def find_cc() -> str | None:
@@ -28,8 +41,8 @@ def find_cc() -> str | None:
 
 def build_dirs() -> list[Path]:
     dirs = []
-    if (HERE.parent / "build_ffi.py").exists():
-        dirs.append(HERE.parent / "build" / "bench")
+    if (TREE / "build_ffi.py").exists():
+        dirs.append(TREE / "build" / "bench")
     dirs.append(Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "scopedgpu")
     dirs.append(Path(tempfile.gettempdir()) / f"scopedgpu-bench-{os.getuid()}")
     return dirs
@@ -41,7 +54,7 @@ def build_yardstick(say: Callable[[str], None]) -> tuple[str | None, str]:
         return None, f"C yardstick source {SOURCE} is missing"
     cc = find_cc()
     if cc is None:
-        return None, "no C compiler found (set CC or install gcc): no C yardstick"
+        return None, NO_CC
     includes = ["-I", str(VENDORED_HEADERS)] if (VENDORED_HEADERS / "vulkan").is_dir() else []
     digest = hashlib.sha256(SOURCE.read_bytes() + cc.encode()
                             + " ".join(includes).encode()).hexdigest()[:12]
@@ -65,6 +78,9 @@ def build_yardstick(say: Callable[[str], None]) -> tuple[str | None, str]:
             continue
         if res.returncode != 0:
             tmp.unlink(missing_ok=True)
+            if not includes and "vulkan/vulkan.h" in res.stderr and (
+                    "No such file" in res.stderr or "not found" in res.stderr):
+                return None, NO_HEADERS
             return None, f"the C yardstick failed to compile: {res.stderr.strip()[-800:]}"
         os.replace(tmp, exe)
         return str(exe), f"compiled {exe}"
