@@ -418,3 +418,16 @@ def test_cupy_runs_in_a_child_process_and_fills_todays_keys(tmp_path):
         f = figs[f"dispatch_chain_{k}"]
         assert number(f["cupy"]) and number(f["cupy_launch_us"]), k
     assert "CuPy" in stdout and "a kernel in a CUDA graph" in stdout
+
+
+def test_profile_serve_prints_the_rate_and_the_profile(capsys):
+    """scopedgpu.bench.profile_serve (how issue 24's serving cost was found): a level's
+    rate, the waiter's steps and a profile table; every result checked inside."""
+    from scopedgpu.aio import _Waiter
+    from scopedgpu.bench import profile_serve
+    step = _Waiter._step
+    assert profile_serve.main(["--levels", "2,8", "--requests", "40", "--top", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "2 in flight:" in out and "8 in flight:" in out and "requests/s" in out
+    assert out.count("Ordered by: internal time") == 2
+    assert _Waiter._step is step   # put back
