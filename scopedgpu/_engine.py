@@ -265,7 +265,9 @@ class Engine(Validation):
             if q in blocked:
                 continue
             h = seq.fence
-            if h is not None and status(h) == 0:
+            if h is None:
+                continue     # released (a closing manager's): nothing to poll
+            if status(h) == 0:
                 done.append(seq)
             else:
                 blocked.add(q)
