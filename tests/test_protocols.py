@@ -13,8 +13,9 @@ import pytest
 
 import scopedgpu as sg
 
-TORCH_SKIP = ("PyTorch is not installed (not a test dependency: its CPU wheel would cost "
-              "CI minutes); the numpy tests cover the same protocols")
+TORCH_SKIP = ("PyTorch is not installed (not a test dependency: PyPI's Linux x86_64 wheel "
+              "brings the CUDA libraries, gigabytes, and the CPU-only wheels live on "
+              "PyTorch's own index); the numpy tests cover the same protocols")
 # numpy 2.1 made DLPack 1.0's versioned capsules (writable imports); before, max_version
 # gives the first kind, and np.from_dlpack makes read-only arrays.
 VERSIONED = tuple(int(v) for v in np.__version__.split(".")[:2]) >= (2, 1)
