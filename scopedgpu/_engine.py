@@ -322,15 +322,12 @@ class Engine(Validation):
 
     def release(self, handle: Handle) -> None:
         """Releases now, or once every running sequence that uses the handle completed."""
-        if self.running:
-            users = {s.ref for s in self.running_users(handle)}
-            self.users.pop(handle, None)
-            if users:
-                self.deferred.append((users, handle))
-                return
+        users = {s.ref for s in self.running_users(handle)} if self.running else None
+        self.users.pop(handle, None)
+        if users:
+            self.deferred.append((users, handle))
         else:
-            self.users.pop(handle, None)
-        handle.release(self, False)
+            handle.release(self, False)
 
     def completed(self, seq: Any) -> None:
         if not self.deferred:

@@ -176,12 +176,8 @@ def _pack_push(items: list[tuple[int, Any]], what: str, info: ShaderInfo, label:
     blob = bytearray(info.push_constant_size)
     for pos, (i, v) in enumerate(items):
         m = members[i]
-        if not isinstance(v, (list, tuple, np.ndarray)) and len(m.slots) == 1:
-            # One scalar member (most blocks): its name is formatted only for an error.
-            x = _fit_push(v, m, _Where(label, keys[pos] if keys is not None else i), what)
-            struct.pack_into(_FMT[(m.kind, m.width)], blob, m.slots[0], x)
-            continue
-        where = label.format(keys[pos] if keys is not None else i)
+        # Its name (push_consts[0]) is formatted only when a message needs it.
+        where = _Where(label, keys[pos] if keys is not None else i)
         if not m.slots:
             raise TypeError(
                 f"{what}: member {m.label} of the push-constant block is a {m.type_name}, "
