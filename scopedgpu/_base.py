@@ -93,10 +93,6 @@ class Handle:
     # handle only once its release returned).
     requeue_safe = False
 
-    def pending_seq(self) -> Any:
-        """The sg_seq whose last submission may still use this handle (sequences)."""
-        return None
-
     def complete(self) -> None:
         """Host work due when the handle's submission completed (sequences)."""
 

@@ -20,6 +20,7 @@ from scopedgpu._errors import ShaderError
 from scopedgpu._pool import Pool
 from scopedgpu._spirv import ShaderInfo, reflect
 from scopedgpu._spirv_val import check_module
+from scopedgpu._submission import Submission
 
 __all__ = ["Reflections", "Programs", "SequenceCache", "UNUSED_PROGRAMS_KEPT", "SEQUENCES_KEPT",
            "CACHED_OBJECTS", "cached_counts"]
@@ -45,27 +46,32 @@ def _describe(spirv: bytes, info: ShaderInfo, spec: tuple, nbindings: int) -> st
 
 
 class SequenceCache:
-    """queue -> [(sg_seq, signature of the commands it holds)] of destroyed anonymous
-    sequences, idle (their last submission complete), ready for reuse."""
+    """queue -> [Submission] of destroyed anonymous sequences, idle (their last submission
+    complete), ready for reuse by new sequences; each remembers the signature of the
+    commands it holds (Submission.sig). The cache is their owner (Submission.owner)."""
     __slots__ = ("engine", "by_queue")
 
     def __init__(self, engine: Engine):
         self.engine = engine
-        self.by_queue: dict[int, list[tuple[Any, tuple | None]]] = {}
+        self.by_queue: dict[int, list[Submission]] = {}
 
-    def get(self, queue: int) -> list[tuple[Any, tuple | None]] | None:
-        """The idle entries of a queue (the caller pops one), or None."""
-        return self.by_queue.get(queue)
+    def take(self, queue: int, owner: object) -> Submission | None:
+        """An idle submission of the queue, now `owner`'s (None: its own, see
+        Submission), or None when there is none."""
+        cache = self.by_queue.get(queue)
+        if not cache:
+            return None
+        # One step (no call: a Ctrl-C cannot land inside it): owned and out of the cache.
+        sub = cache[-1]; sub.owner = sub if owner is None else owner; del cache[-1]; return sub  # noqa: E702
 
-    def recycle(self, handle: Any) -> bool:
-        """Keeps the sg_seq of a destroyed sequence's handle for reuse, taking it from the
-        handle; False when the cache is full (the caller destroys it). Its last submission
-        is complete (the handle's destroy_now checked)."""
-        cache = self.by_queue.setdefault(handle.queue, [])
+    def keep(self, sub: Submission) -> bool:
+        """Keeps a freed submission for reuse (Submission.free: its last submission is
+        complete); False when the cache is full or the manager closed (the caller
+        destroys it)."""
+        cache = self.by_queue.setdefault(sub.queue, [])
         if len(cache) >= SEQUENCES_KEPT or self.engine.closed:
             return False
-        sig = handle.sig
-        cache.append((handle.take(), sig))   # one line: taken and kept (Ctrl-C)
+        sub.owner = self; cache.append(sub)  # noqa: E702 - one step: owned and kept (Ctrl-C)
         return True
 
     def count(self) -> int:
@@ -74,8 +80,9 @@ class SequenceCache:
     def drop(self) -> int:
         n = 0
         for cache in self.by_queue.values():
-            while cache:   # each one leaves the cache as it is freed (Ctrl-C)
-                _vk.seq_destroy(cache.pop()[0])
+            while cache:   # each one is destroyed before it leaves the cache (Ctrl-C)
+                cache[-1].destroy_now(self.engine)
+                cache.pop()
                 n += 1
         return n
 
@@ -215,7 +222,7 @@ class Programs:
 # What one entry of each cache holds among the shim's live counts (Manager.live_objects()):
 # an idle sequence is sg_seq_create's command pool (its command buffer is not counted)
 # and fence, never a query pool (sequences with timestamps are not kept:
-# _SeqHandle.destroy_now); a program is sg_program_create's module, two layouts and
+# Sequence.__init__: not recyclable); a program is sg_program_create's module, two layouts and
 # pipeline; a pool block is sg_block_create's (or sg_block_import's) buffer and memory.
 CACHED_OBJECTS: dict[str, tuple[str, ...]] = {
     "cached_sequences": ("command_pools", "fences"),

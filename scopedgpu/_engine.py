@@ -27,6 +27,7 @@ from scopedgpu._device import DeviceInfo
 from scopedgpu._errors import DestroyedError, ForkedError, ValidationError
 from scopedgpu._pool import Pool
 from scopedgpu._settings import default as setting_default, get as setting
+from scopedgpu._submission import Submission
 from scopedgpu._validation import Validation
 
 __all__ = ["Engine", "Roots", "drain", "shutdown", "abandoned_managers", "fence_wait",
@@ -135,14 +136,14 @@ class Engine(Validation):
         # [weak references of the sequences still running, handle] releases waiting for
         # fences
         self.deferred: list[tuple[set[weakref.ref], Handle]] = []
-        # Sequence handles destroyed while another thread waits on their fence; the last
-        # waiter frees them.
-        self.doomed: set[Handle] = set()
-        # sg_seqs released while their last submission was not known complete: never
-        # freed under the GPU; collect() frees them once their fence signalled.
-        self.limbo: list[Any] = []
-        # (sg_seq ** holder, [staging Allocation]) of storage uploads (_transfer.upload)
-        self.oneoffs: list[tuple[Any, list[Any]]] = []
+        # Every Submission (scopedgpu._submission: a command buffer and its fence) from
+        # just before its sg_seq is made until it is freed, whoever made it (sequences,
+        # storage uploads, stream()): what close() and exit drain, free or keep.
+        self.submissions: set[Submission] = set()
+        # The submissions released to the engine and not yet freed: a thread still waits
+        # on their fence (the last one frees it as it leaves), or their work is not known
+        # complete (collect() frees them once their fence signalled).
+        self.released: set[Submission] = set()
         # Debug mode: the forgotten-sync checker (_synccheck.SyncCheck), set by the
         # manager; None otherwise, and nothing then costs more.
         self.sync_check: Any = None
@@ -162,37 +163,6 @@ class Engine(Validation):
         self.sequences.refs.pop(ref, None)
         self.pins.refs.pop(ref, None)
         self.garbage.append(handle)
-
-    def free_doomed(self, closing: bool) -> None:
-        """Frees the doomed sequence handles that no thread waits on any more. The last
-        waiter normally does it as it leaves; one cut short by Ctrl-C in that cleanup
-        leaves it to this (collect(), close())."""
-        for h in [h for h in self.doomed if not h.waiters]:  # type: ignore[attr-defined]
-            h.destroy_now(self, closing)  # type: ignore[attr-defined]
-
-    def finish_oneoffs(self, wait: bool = False) -> None:
-        """Frees the one-off command buffers (storage uploads) whose work completed, and
-        their staging ranges; with wait=True, waits for those still pending first (an
-        upload cut short: the tensor it writes is freed next, and its copy must not write
-        into memory the pool reuses or gives back)."""
-        for job in list(self.oneoffs):
-            out, allocs = job
-            if out[0] == _vk.NULL and not allocs:
-                continue   # nothing made yet (the pool calls back here while upload allocates)
-            if out[0] != _vk.NULL:
-                if wait:   # a copy always ends: no slices
-                    _vk.seq_wait(out[0], _vk.WAIT_FOREVER_NS, SPIN_NS)
-                if _vk.seq_status(out[0]) != 0:
-                    continue
-            while allocs:
-                self.pool.free(allocs.pop())
-            # The job leaves the list in the line that frees its last part (Ctrl-C): an
-            # empty job left there would look like an upload under way, kept for good.
-            # (An interrupt at take's line comes before it runs: the job is intact.)
-            if out[0] != _vk.NULL:
-                _vk.seq_destroy(_vk.take(out)); self.oneoffs.remove(job)  # noqa: E702
-            else:
-                self.oneoffs.remove(job)
 
     # -- safe points ------------------------------------------------------------------
     def check_open(self) -> None:
@@ -228,19 +198,17 @@ class Engine(Validation):
                 self.release(garbage.popleft())
         if self.running:
             self.poll_running()
-        if self.oneoffs:
-            self.finish_oneoffs()
-        if self.doomed:
-            self.free_doomed(False)
-        limbo = self.limbo
-        if limbo:
-            for i in range(len(limbo) - 1, -1, -1):
-                if _vk.seq_status(limbo[i]) == 0:
-                    # Out of the list by a store, not by pop() (a call into C, after
-                    # which Ctrl-C could land before the destroy), then destroyed.
-                    h, limbo[i:i + 1] = limbo[i], (); _vk.seq_destroy(h)  # noqa: E702
+        if self.released:
+            self.free_released()
         if self.streams:
             self.reap_streams()
+
+    def free_released(self) -> None:
+        """Frees the released submissions that no thread waits on and whose work
+        completed (Submission.free decides; the others stay)."""
+        for sub in list(self.released):
+            if not sub.waiters:
+                sub.free(self, False)
 
     def poll_running(self) -> None:
         """Completes the running sequences whose fences signalled, polling each queue's
@@ -372,14 +340,8 @@ def pending_submissions(state: Engine) -> list[tuple[Any, str]]:
 
     for seq in state.running_seqs():
         add(seq.fence, repr(seq))
-    for h in itertools.chain(state.garbage, state.handles.values(), state.doomed,
-                             (h for _, h in state.deferred)):
-        add(h.pending_seq(), "a sequence collected while it ran")
-    for h in state.limbo:
-        add(h, "a destroyed sequence")
-    for holder, _ in state.oneoffs:
-        if holder[0] != _vk.NULL:
-            add(holder[0], "a storage upload")
+    for sub in state.submissions:
+        add(sub.seq, sub.label)
     return list(out.values())
 
 
@@ -551,29 +513,27 @@ def shutdown(state: Engine) -> None:
             state.named.clear()
             if state.seq_cache is not None:
                 state.seq_cache.drop()
-            for h in state.limbo:
-                _vk.seq_destroy(h)
-            state.limbo.clear()
-            for holder, _ in state.oneoffs:
-                if holder[0] != _vk.NULL:
-                    _vk.seq_destroy(_vk.take(holder))
-            state.oneoffs.clear()   # the staging ranges go with the pool
             # Threads still inside a fence wait on a destroyed sequence return at once (the
             # device is idle) and free it; the device must outlive that. Bounded: a
             # waiter that never leaves (its token outlived it) keeps the device, as work
             # given up on does, rather than hang close() or free the fence under it.
             deadline = time.monotonic() + state.wait_timeout
-            while state.doomed:
-                state.free_doomed(True)
-                if not state.doomed or time.monotonic() >= deadline:
+            while True:
+                waited = [sub for sub in state.submissions if sub.waiters]
+                if not waited or time.monotonic() >= deadline:
                     break
                 sleep_unlocked(state, 0.001)
-            if state.doomed:
-                abandon(state, [f"{len(state.doomed)} fence wait(s) never left"],
+            if waited:
+                abandon(state, [f"{len(waited)} fence wait(s) never left"],
                         f"after {state.wait_timeout:g} s")
                 if interrupted is not None:
                     raise interrupted
                 return
+            # What is left (storage uploads cut short, released submissions): the device
+            # is idle. Their staging ranges go with the pool.
+            for sub in list(state.submissions):
+                sub.destroy_now(state)
+            state.released.clear()
             if state.programs is not None:
                 state.programs.destroy_all()
             if state.pool is not None:

@@ -17,7 +17,8 @@ import numpy as np
 
 from scopedgpu import _vk
 from scopedgpu._device import DeviceInfo, check_dtype
-from scopedgpu._engine import Engine, fence_wait
+from scopedgpu._engine import SPIN_NS, Engine, fence_wait
+from scopedgpu._submission import Submission
 
 __all__ = ["contiguous_arrays", "copy", "host_to_mapped", "read_back", "upload"]
 
@@ -84,25 +85,26 @@ def read_back(host: np.ndarray, address: int, nbytes: int) -> tuple[Any, Any, in
 
 def upload(st: Engine, dst: Any, array: np.ndarray, what: str) -> None:
     """Writes `array` into the device range `dst` (an Allocation of a storage tensor)
-    through a temporary staging range and a one-off command buffer. Both are registered
-    in st.oneoffs before anything else happens, so that whatever interrupts this (Ctrl-C
-    included) leaves nothing the next collect() (or close()) does not free, and nothing
-    freed under the GPU."""
+    through a temporary staging range and a one-off command buffer, a Submission that
+    owns both (an idle one of the sequence cache for queue 0 when there is one). Whatever
+    interrupts this (Ctrl-C included) releases it to the engine, which frees it once its
+    copy completed: nothing freed under the GPU, nothing left behind."""
     # All under the lock, the wait included: close() must not destroy the device under
     # the copy.
     with st.lock:
         st.check_open()
-        job: tuple[Any, list[Any]] = (_vk.out("seq"), [])
-        out, allocs = job
-        # Jobs that made nothing were interrupted before their first step: forgotten.
-        st.oneoffs[:] = [j for j in st.oneoffs if j[0][0] != _vk.NULL or j[1]]
-        st.oneoffs.append(job)
+        sub = None
         try:
-            allocs.append(st.pool.alloc(array.nbytes, "host"))
-            stage = allocs[0]
+            sub = st.seq_cache.take(0, None)
+            if sub is None or sub.seq is None:
+                sub = Submission(0, recyclable=True)
+                sub.create(st, what)
+            sub.sig = None   # (its commands are replaced)
+            sub.label = "a storage upload"
+            sub.staging.append(st.pool.alloc(array.nbytes, "host"))
+            stage = sub.staging[0]
             _vk.memmove(_vk.address_ptr(stage.address), _vk.array_ptr(array), array.nbytes)
-            _vk.check(_vk.seq_create(st.dev, 0, 0, out), what)
-            h = out[0]
+            h = sub.seq
             _vk.check(_vk.seq_begin(h), what)
             _vk.seq_copy(h, stage.block.handle, stage.offset, dst.block.handle, dst.offset,
                          array.nbytes)
@@ -115,11 +117,16 @@ def upload(st: Engine, dst: Any, array: np.ndarray, what: str) -> None:
             # running on queue 0, which may be long. Interrupted, the copy is still
             # awaited below before the tensor's memory can be freed.
             _vk.check(fence_wait(st, h, None), what)
+            sub.release(st)   # (in the try: cut short, the handler below repeats it)
         except BaseException as exc:
-            st.finish_oneoffs(wait=True)   # before the tensor's memory is freed
+            if sub is not None:
+                # Before the tensor's memory is freed: a copy always ends (no slices).
+                h = sub.seq
+                if h is not None:
+                    _vk.seq_wait(h, _vk.WAIT_FOREVER_NS, SPIN_NS)
+                sub.release(st)   # (a no-op once released)
             st.validation_failed(exc, what)
             raise
-        st.finish_oneoffs()
         st.check_validation(what)
 
 

@@ -12,6 +12,7 @@ from scopedgpu import _vk
 from scopedgpu._base import Child, Handle, first_destroyed, handles_of
 from scopedgpu._engine import SPIN_NS, WAIT_SLICE_NS, Engine, Roots, fence_wait
 from scopedgpu._errors import DestroyedError
+from scopedgpu._submission import Submission
 from scopedgpu._record import record_commands
 from scopedgpu._transfer import copy as _copy
 from scopedgpu.algorithm import Algorithm
@@ -28,51 +29,33 @@ S = TypeVar("S", bound="Sequence")
 
 
 class _SeqHandle(Handle):
-    __slots__ = ("seq", "owned", "queue", "nqueries", "sig", "waiters", "copies")
+    """What a sequence owns: its Submission (command buffer, fence, waiters, host copies)
+    and the algorithms built for its ops (OpMult's)."""
+    __slots__ = ("sub", "owned")
     close_order = 0     # before the algorithms and tensors its commands use
     requeue_safe = True
 
-    def __init__(self, seq: Any, queue: int, nqueries: int, sig: tuple | None = None):
-        self.seq = seq
+    def __init__(self) -> None:
+        self.sub: Submission = None  # type: ignore[assignment]   # set by Sequence()
         # Weak: the handle outlives its sequence in the manager's bookkeeping, and a strong
         # reference from it to an algorithm (which holds the manager) would keep the
         # manager alive for good. The recorded ops keep the algorithms alive as long as
         # the sequence lives.
         self.owned: list[weakref.ref[Algorithm]] = []
-        self.queue = queue
-        self.nqueries = nqueries
-        self.sig = sig    # signature of the commands recorded in seq (None: unknown)
-        # Tokens of the threads inside sg_seq_wait on `seq` (a set, not a count: leaving
-        # is idempotent, so an interrupted cleanup can run again)
-        self.waiters: set[object] = set()
-        # Host copies (Tensor._read_back) due when the running submission completes. Here
-        # rather than on the Sequence: a sequence collected with its manager while it runs
-        # is gone when the manager's close() completes its work.
-        self.copies: tuple[tuple[Any, Any, int], ...] = ()
-
-    def pending_seq(self) -> Any:
-        return self.seq
 
     def complete(self) -> None:
-        """Does the host copies of the submission that completed (and, in debug mode, the
-        sync checker's step after them: an entry (callable, None, -1))."""
-        copies = self.copies
-        if copies:
-            self.copies = ()
-            for dst, src, n in copies:
-                if n < 0:
-                    dst()
-                else:
-                    _copy(dst, src, n)
+        """The host copies of the submission that completed (Submission.complete)."""
+        sub = self.sub
+        if sub is not None and sub.copies:
+            sub.complete(_copy)
 
     def release(self, state: Engine, closing: bool) -> None:
-        # Another thread may be inside sg_seq_wait on this sequence (it waits without the
-        # lock): freeing or reusing the fence under it is a use after free. The last
-        # waiter does it instead (close() waits for that before destroying the device).
-        if self.waiters:
-            state.doomed.add(self)
-        else:
-            self.destroy_now(state, closing)
+        # The submission goes to the engine, which frees it once no thread waits on its
+        # fence and its work completed (Submission.release: a no-op once it is not this
+        # handle's any more, so this may run again).
+        sub = self.sub
+        if sub is not None:
+            sub.release(state, closing, self)
         for ref in self.owned:
             algo = ref()
             if algo is None:
@@ -80,40 +63,12 @@ class _SeqHandle(Handle):
             algo.release_now()   # Ctrl-C-safe; no validation check inside cleanup
         self.owned.clear()
 
-    def take(self) -> Any:
-        """The sg_seq, which it clears (one line: a Ctrl-C cannot land between the two, nor
-        between the return and the call or append it is passed to)."""
-        seq, self.seq = self.seq, None; return seq  # noqa: E702 - one line (Ctrl-C)
 
-    def destroy_now(self, state: Engine, closing: bool) -> None:
-        """Destroys the sg_seq, or keeps it for reuse by a new anonymous sequence; one whose
-        submission is not known complete waits in state.limbo (freed by collect()).
-        Safe to run again: the sg_seq leaves self.seq only where it is freed or kept."""
-        state.doomed.discard(self)
-        seq = self.seq
-        if seq is None:
-            return   # released once only (close() may sweep it again)
-        if not closing and _vk.seq_status(seq) != 0:
-            state.limbo.append(self.take())
-            return
-        if closing or self.nqueries or not state.seq_cache.recycle(self):
-            # sg_seq_destroy waits for the fence of a submission still pending.
-            _vk.seq_destroy(self.take())
-
-
-def _leave(state: Engine, handle: _SeqHandle, token: object) -> None:
-    """A thread's fence wait ended: the last waiter frees a handle destroyed meanwhile.
-    Idempotent."""
+def _leave(state: Engine, sub: Submission, token: object) -> None:
+    """A thread's fence wait ended: the last waiter frees a submission released
+    meanwhile. Idempotent."""
     with state.lock:
-        _leave_locked(state, handle, token)
-
-
-def _leave_locked(state: Engine, handle: _SeqHandle, token: object) -> None:
-    """_leave, the lock held."""
-    if token in handle.waiters:
-        handle.waiters.discard(token)
-        if not handle.waiters and handle in state.doomed:
-            handle.destroy_now(state, False)
+        sub.leave(state, token)
 
 
 class Sequence(Child):
@@ -140,34 +95,30 @@ class Sequence(Child):
                 state.collect()
             # A command pool, command buffer and fence of a destroyed anonymous sequence
             # are reused when there is one (Manager.empty_cache() frees them).
-            cache = state.seq_cache.get(queue) if not timestamps else None
-            sig = None
-            h = None
-            out = _vk.out("seq")
+            handle = _SeqHandle()
+            sub = None
             try:
-                if cache:
-                    h, sig = cache.pop()
-                else:
-                    rc = _vk.seq_create(state.dev, queue, self._nqueries, out)
-                    if rc:
-                        _vk.check(rc, f"creating sequence {name!r} on queue {queue}")
-                    h = out[0]
-                super().__init__(manager, engine, _SeqHandle(h, queue, self._nqueries, sig))
+                if not timestamps:
+                    sub = state.seq_cache.take(queue, handle)
+                if sub is None or sub.seq is None:   # (an entry the cache's drop() cut short)
+                    sub = Submission(queue, self._nqueries, owner=handle,
+                                     recyclable=not timestamps, label="a sequence")
+                    sub.create(state, f"creating sequence {name!r} on queue {queue}")
+                handle.sub = sub
+                super().__init__(manager, engine, handle)
                 state.sequences.add(self)
             except BaseException:
-                # Anything (Ctrl-C included) between the shim's return and the end:
-                # free what was made, registered or not.
+                # Anything (Ctrl-C included): free what was made, registered or not.
                 ref = getattr(self, "_ref", None)
                 if ref is not None:
                     state.sequences.refs.pop(ref, None)
                     state.handles.pop(ref, None)
-                if h is None and out[0] != _vk.NULL:
-                    h = out[0]
-                if h is not None:
-                    _vk.seq_destroy(h)
+                if sub is not None:
+                    sub.release(state, False, handle)
                 raise
         self._state = state
-        self._h = h
+        self._sub = sub
+        self._h = sub.seq      # the sg_seq (None once destroyed), for the hot paths
         self._ops: list[tuple[Op, Op]] = []      # (op as recorded by the user, op recorded)
         self._dirty = True
         self._running = False
@@ -295,19 +246,20 @@ class Sequence(Child):
         # _wait() in two lock sections instead of three, the submission and the waiter's
         # registration in the first.
         state = self._state
-        handle: _SeqHandle = self._handle  # type: ignore[assignment]
         token = object()
+        sub = self._sub
         try:
             with state.lock:
                 if not self._submit_locked(state):
                     return self
                 gen = self._gen
-                h = handle.seq
-                handle.waiters.add(token)
-            self._await(state, handle, token, h, gen, None)
+                sub = self._sub
+                h = self._h
+                sub.waiters.add(token)
+            self._await(state, sub, token, h, gen, None)
         finally:
-            if token in handle.waiters:   # not left in _await (Ctrl-C)
-                _leave(state, handle, token)
+            if token in sub.waiters:   # not left in _await (Ctrl-C)
+                _leave(state, sub, token)
         return self
 
     def eval_async(self, op: Op | None = None) -> Sequence:
@@ -334,8 +286,7 @@ class Sequence(Child):
             self._check()
         if state.garbage or state.running:
             state.collect()
-        handle: _SeqHandle = self._handle  # type: ignore[assignment]
-        while self._running or handle.waiters:
+        while self._running or self._sub.waiters:
             # Another thread submitted it since the wait above, or still waits on its
             # fence: a pending command buffer must not be submitted again, nor a
             # fence reset while it is in use or waited on. Wait, without the lock.
@@ -371,7 +322,7 @@ class Sequence(Child):
             self._dirty = True
         if self._dirty:
             sig = self._sig
-            if sig and sig == self._handle.sig:  # type: ignore[attr-defined]
+            if sig and sig == self._sub.sig:
                 # The command buffer already holds exactly these commands.
                 self._rec_inflight = handles_of(self._objs)
                 self._dirty = False
@@ -402,7 +353,7 @@ class Sequence(Child):
         if rc:
             self._retire()
             _vk.check(rc, f"submitting {self!r}")
-        self._handle.copies = copies  # type: ignore[attr-defined]
+        self._sub.copies = copies
         if self._touched:
             for th in self._touched:
                 th.fresh = False
@@ -440,37 +391,38 @@ class Sequence(Child):
         if not self._running:
             return True
         state = self._state
-        handle: _SeqHandle = self._handle  # type: ignore[assignment]
         token = object()
+        sub = self._sub
         try:
             with state.lock:
-                h = handle.seq
+                sub = self._sub
+                h = sub.seq
                 if not self._running or h is None:
                     return True  # completed, or destroyed/closed meanwhile
                 gen = self._gen
-                handle.waiters.add(token)
-            return self._await(state, handle, token, h, gen, timeout)
+                sub.waiters.add(token)
+            return self._await(state, sub, token, h, gen, timeout)
         finally:
-            if token in handle.waiters:   # not left in _await (Ctrl-C)
-                _leave(state, handle, token)
+            if token in sub.waiters:   # not left in _await (Ctrl-C)
+                _leave(state, sub, token)
 
-    def _await(self, state: Engine, handle: _SeqHandle, token: object, h: Any, gen: int,
+    def _await(self, state: Engine, sub: Submission, token: object, h: Any, gen: int,
                timeout: float | None) -> bool:
-        """The rest of a wait registered in handle.waiters as `token` for submission `gen`
-        of sg_seq h; the caller's finally leaves when this did not."""
+        """The rest of a wait registered in sub.waiters as `token` for submission `gen`
+        of its sg_seq h; the caller's finally leaves when this did not."""
         rc = fence_wait(state, h, timeout)   # GIL and lock released
         if rc == 0:
             # The common case in one lock section (re-evaluation latency): leave, then
             # complete. Cut short, the caller's finally leaves and the sequence stays
             # running until the next wait or collect completes it.
             with state.lock:
-                _leave_locked(state, handle, token)
+                sub.leave(state, token)
                 if self._gen == gen:   # not submitted again by another thread meanwhile
                     self._finish()
                 if state.debug:
                     state.check_validation(f"waiting for {self!r}")
             return True
-        _leave(state, handle, token)      # a failed wait, or a timeout
+        _leave(state, sub, token)      # a failed wait, or a timeout
         if rc == _SG_TIMEOUT:
             if state.abandoned:
                 raise DestroyedError(
@@ -492,7 +444,7 @@ class Sequence(Child):
     def _wait_locked(self) -> None:
         """Waits and completes while the caller holds the manager's lock (in slices, so
         that Ctrl-C raises KeyboardInterrupt and leaves the sequence running)."""
-        h = self._handle.seq  # type: ignore[attr-defined]
+        h = self._sub.seq
         rc = _vk.seq_wait(h, WAIT_SLICE_NS, SPIN_NS)
         while rc == _SG_TIMEOUT:
             rc = _vk.seq_wait(h, WAIT_SLICE_NS, 0)
@@ -509,9 +461,9 @@ class Sequence(Child):
         try:
             try:
                 self._running = False
-                handle = self._handle
-                if handle.copies:  # type: ignore[attr-defined]
-                    handle.complete()
+                sub = self._sub
+                if sub.copies:
+                    sub.complete(_copy)
                 if self._want_timestamps and self._h is not None and self._ts_due:
                     # (not destroyed, and submitted: an eval cut short before it was not)
                     self._ts_due = False
@@ -547,35 +499,36 @@ class Sequence(Child):
         if self._want_timestamps and n + 1 > self._nqueries:
             self._grow_queries(n + 1)
         h = self._h
-        self._handle.sig = None  # type: ignore[attr-defined]
+        self._sub.sig = None
         ts = self._want_timestamps
         rec = record_commands(h, [op_ for _, op_ in self._ops], ts, self)
         self._touched = rec.touched
         self._zeroes = rec.zeroed
         self._rec_inflight = handles_of(self._objs)
         # A command buffer that zeroes fresh tensors is for one submission: never reused.
-        self._handle.sig = None if rec.zeroed else self._sig  # type: ignore[attr-defined]
+        self._sub.sig = None if rec.zeroed else self._sig
         self._nts = n + 1 if ts else 0
         self._dirty = False
 
     def _grow_queries(self, need: int) -> None:
-        """Replaces the sg_seq by one with more timestamp queries. The new one is made
-        into a one-off job registered with it (state.oneoffs: collect() frees what it
-        holds), which then takes the old one in exchange, in one line: an interrupt at
-        any line leaves each sg_seq either in use or there."""
+        """Replaces the submission by one with more timestamp queries. The new one is
+        the engine's (released) until the sequence adopts it, and the old one the
+        engine's from the same store on (each hand-over: into Engine.released first,
+        then one store of owners): an interrupt at any line leaves each either in use or
+        released, and collect() frees a released one."""
         state = self._engine
         handle: _SeqHandle = self._handle  # type: ignore[assignment]
+        old = handle.sub
         n = max(need, 2 * self._nqueries)
-        job: tuple[Any, list[Any]] = (_vk.out("seq"), [])
-        out = job[0]
-        # One line: no interrupt between the two leaves an empty job behind.
-        state.oneoffs.append(job); rc = _vk.seq_create(state.dev, self._queue, n, out)  # noqa: E702
-        if rc:
-            state.oneoffs.remove(job)
-            _vk.check(rc, f"growing the timestamp queries of {self!r}")
-        out[0], handle.seq, self._h = handle.seq, out[0], out[0]
-        handle.nqueries = self._nqueries = n
-        state.finish_oneoffs()   # frees the old one (complete: eval waited for it)
+        new = Submission(self._queue, n, owner=handle, label="a sequence")
+        state.released.add(new)
+        new.owner = None
+        new.create(state, f"growing the timestamp queries of {self!r}")
+        h = new.seq
+        state.released.add(old)
+        handle.sub, self._sub, self._h, self._nqueries, new.owner, old.owner = \
+            new, new, h, n, handle, None
+        state.free_released()   # frees the old one (complete: eval waited for it)
 
     def timestamps(self) -> list[int]:
         """Nanosecond GPU timestamps of the last completed evaluation: one at the start and
@@ -656,7 +609,7 @@ class Sequence(Child):
                 if zombie is not None:
                     # Its downloads would land in the tensors' host copies whenever the
                     # work ends, over what the program wrote there meanwhile: dropped.
-                    zombie.copies = ()  # type: ignore[attr-defined]
+                    self._sub.copies = ()
                 self._forget()
                 if error is not None:
                     raise error
@@ -711,7 +664,8 @@ class Sequence(Child):
     def fence(self) -> Any:
         """The sg_seq of its last submission (kept by a sequence destroyed while it ran,
         until that completes); None once released (package-internal)."""
-        return self._handle.seq  # type: ignore[attr-defined]
+        sub = self._sub
+        return sub.seq if sub.owner is self._handle else None
 
     @property
     def queue(self) -> int:

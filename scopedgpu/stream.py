@@ -48,6 +48,7 @@ from scopedgpu import _ki, _vk
 from scopedgpu._errors import DestroyedError, ShaderError
 from scopedgpu._settings import get as setting
 from scopedgpu._spirv import ShaderInfo
+from scopedgpu._submission import Submission
 from scopedgpu._transfer import contiguous_arrays
 from scopedgpu.algorithm import (check_array_element_types, encode_push_consts,
                                  encode_spec_consts, parse_workgroup, spec_values)
@@ -120,8 +121,8 @@ class _Slot:
         self.stage: list[Any] = []  # a pinned staging range per array (pool "host" memory)
         self.algo: Any = None
         self.kernel: Any = None     # public Sequence on the compute queue
-        self.up = _vk.out("seq")
-        self.down = _vk.out("seq")
+        self.up: Submission | None = None     # the chunk's upload (copies), once made
+        self.down: Submission | None = None   # and its download
         self.chunk = -1
         self.hosts: list[_Host] = []
         self.phase = "free"
@@ -279,9 +280,8 @@ class Streamer:
         self._enter(slot, "pin")
 
     # -- command buffers ----------------------------------------------------------------------
-    def _record_copies(self, holder: Any, pairs: list[tuple[Any, int, Any, int, int]],
+    def _record_copies(self, h: Any, pairs: list[tuple[Any, int, Any, int, int]],
                        what: str) -> None:
-        h = holder[0]
         _vk.check(_vk.seq_begin(h), what)
         # Writes of other queues, made available by the fences the host waited on, made
         # visible to this queue's copies.
@@ -300,7 +300,9 @@ class Streamer:
         """Records and submits a chunk's upload (step "up": host -> its device chunks) or
         download ("down": device chunks -> host), then enters that step."""
         up = step == "up"
-        holder = slot.up if up else slot.down
+        sub = slot.up if up else slot.down
+        assert sub is not None
+        cb = sub.seq
         pairs = []
         for i in self.up_idx if up else self.down_idx:
             h, g = slot.hosts[i], slot.tensors[i].gpu_range
@@ -316,14 +318,14 @@ class Streamer:
                 src, dst = (host, dev) if up else (dev, host)
                 pairs.append((*src, *dst, h.view.nbytes))
         what = f"stream {'upload' if up else 'download'} of chunk {slot.chunk}"
-        self._record_copies(holder, pairs, what)
+        self._record_copies(cb, pairs, what)
         with self.state.lock:
             self.state.check_open()
-            _vk.check(_vk.seq_submit(holder[0]), what)
+            _vk.check(_vk.seq_submit(cb), what)
         self._enter(slot, step)
 
-    def _done(self, holder: Any, what: str) -> bool:
-        rc = _vk.seq_status(holder[0])
+    def _done(self, sub: Any, what: str) -> bool:
+        rc = _vk.seq_status(sub.seq)
         if rc == _vk.TIMEOUT:
             return False
         _vk.check(rc, what)
@@ -361,9 +363,13 @@ class Streamer:
                                       self.spec_consts, self.push_consts)
             slot.kernel = mgr.sequence()
             slot.kernel.record(OpMemoryBarrier(slot.tensors)).record(OpAlgoDispatch(slot.algo))
-            for holder, q in ((slot.up, self.up_queue), (slot.down, self.down_queue)):
-                with self.state.lock:
-                    _vk.check(_vk.seq_create(self.state.dev, q, 0, holder), "stream setup")
+            with self.state.lock:
+                # Each made and held by the slot in one step (Ctrl-C: the slot's teardown
+                # releases what it holds, made or not).
+                slot.up = Submission(self.up_queue, label="a stream's upload")
+                slot.up.create(self.state, "stream setup")
+                slot.down = Submission(self.down_queue, label="a stream's download")
+                slot.down.create(self.state, "stream setup")
 
     def run(self) -> None:
         """Streams every chunk, then frees. A KeyboardInterrupt reaches this only at the
@@ -478,7 +484,9 @@ class Streamer:
                 cf.wait(slot.futures, timeout=_POLL_NS / 1e9)
                 return
             if slot.phase in ("up", "down"):
-                h = slot.up[0] if slot.phase == "up" else slot.down[0]
+                sub = slot.up if slot.phase == "up" else slot.down
+                assert sub is not None
+                h = sub.seq
                 rc = _vk.seq_wait(h, _POLL_NS, 20_000)
                 if rc not in (0, _vk.TIMEOUT):
                     _vk.check(rc, f"stream: waiting for chunk {slot.chunk}")
@@ -545,16 +553,16 @@ class Streamer:
 
     def _slot_done(self, slot: _Slot, deadline: float | None) -> bool:
         """Whether the GPU work of a slot is complete, waiting until the deadline."""
-        for holder in (slot.up, slot.down):
+        for sub in (slot.up, slot.down):
             # (complete at once for a command buffer never submitted)
-            while holder[0] != _vk.NULL:
-                rc = _vk.seq_status(holder[0])
+            while sub is not None and sub.seq is not None:
+                rc = _vk.seq_status(sub.seq)
                 if rc != _vk.TIMEOUT:
                     break   # done, or failed (device lost: nothing will complete it)
                 left = 0.0 if deadline is None else deadline - time.monotonic()
                 if left <= 0:
                     return False
-                _vk.seq_wait(holder[0], int(min(left, 0.05) * 1e9), 0)
+                _vk.seq_wait(sub.seq, int(min(left, 0.05) * 1e9), 0)
                 _ki.checkpoint()
         k = slot.kernel
         while k is not None and not k.destroyed and k.is_running:
@@ -573,9 +581,10 @@ class Streamer:
             if h.staged is None and h.block is not None:
                 blk, h.block = h.block, None; _vk.block_destroy(blk)  # noqa: E702
         slot.hosts = []
-        for holder in (slot.up, slot.down):
-            if holder[0] != _vk.NULL:
-                _vk.seq_destroy(_vk.take(holder))
+        with self.state.lock:
+            for sub in (slot.up, slot.down):
+                if sub is not None:
+                    sub.release(self.state)   # (complete: freed now)
         if slot.kernel is not None:
             slot.kernel.destroy()
             slot.kernel = None

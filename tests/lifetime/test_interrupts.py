@@ -28,7 +28,6 @@ import pytest
 
 import scopedgpu as sg
 from scopedgpu import _ki
-from scopedgpu._ffi import ffi
 from scopedgpu.manager import live_vulkan_objects
 
 from lt_shaders import add_one_spirv
@@ -269,15 +268,15 @@ def _record(s, a, b, algo):
 
 def _settled(m):
     """The state once the work of interrupted evaluations completed, with the manager's
-    lists of running sequences, of sg_seqs waiting for their fences and of pending
-    releases (an entry left there is a leak too, and slows every later call)."""
+    lists of running sequences, of submissions (every one, and the released ones waiting
+    for their fences or waiters) and of pending releases (an entry left there is a leak
+    too, and slows every later call)."""
     gc.collect()
     m.wait_idle()
     st = m._state
-    oneoffs = sum(1 for out, allocs in st.oneoffs if out[0] != ffi.NULL or allocs)
-    return (*_state(m), {"running": len(st.running), "limbo": len(st.limbo),
-                         "doomed": len(st.doomed), "garbage": len(st.garbage),
-                         "deferred": len(st.deferred), "oneoffs": oneoffs})
+    return (*_state(m), {"running": len(st.running), "released": len(st.released),
+                         "submissions": len(st.submissions), "garbage": len(st.garbage),
+                         "deferred": len(st.deferred)})
 
 
 def _check_settled(m, base, what):
@@ -456,20 +455,20 @@ def test_stream(imgr, monkeypatch, pinned, fail_on_validation_messages):
 
 def test_waits_on_a_running_sequence(imgr):
     """eval_await(timeout) and eval() of a sequence that is still running, cut at every
-    line: no thread's waiter token is left behind and no handle waits in `doomed` (a
+    line: no thread's waiter token is left behind and no submission waits in `released` (a
     token left behind made the later destroy() hand the sequence to a waiter that never
     comes, and close() waited for it forever: a hang seen in test_stream under load).
     The sweeps above see sequences that complete at once and never take these paths."""
     from endless import busy_sequence, flag_tensor, set_flag
     f = flag_tensor(imgr)
     seq = busy_sequence(imgr, f)
-    handle = seq._handle
+    sub = seq._sub
     seq.eval_async()
     try:
         def check(k):
             assert not imgr._state.lock._is_owned(), f"interrupt at line {k} left the lock held"
-            assert not handle.waiters, f"interrupt at line {k} left a waiter token"
-            assert not imgr._state.doomed, f"interrupt at line {k} left a doomed handle"
+            assert not sub.waiters, f"interrupt at line {k} left a waiter token"
+            assert not imgr._state.released, f"interrupt at line {k} left a released submission"
             assert seq.is_running
 
         assert _sweep(lambda: seq.eval_await(0.002), check) > 5
@@ -479,8 +478,8 @@ def test_waits_on_a_running_sequence(imgr):
     # eval() of it again: its flag is set, so it ends at once
     def check_eval(k):
         assert not imgr._state.lock._is_owned(), f"interrupt at line {k} left the lock held"
-        assert not handle.waiters, f"interrupt at line {k} left a waiter token"
-        assert not imgr._state.doomed, f"interrupt at line {k} left a doomed handle"
+        assert not sub.waiters, f"interrupt at line {k} left a waiter token"
+        assert not imgr._state.released, f"interrupt at line {k} left a released submission"
         seq.eval_await(60)
 
     assert _sweep(seq.eval, check_eval) > 5

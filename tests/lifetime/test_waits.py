@@ -150,28 +150,28 @@ def test_wait_timeout_argument_and_environment(monkeypatch):
 
 
 # -- in this process: work that ends once the flag is set -------------------------------
-def test_a_doomed_sequence_no_thread_waits_on_is_freed_by_the_next_call(mgr):
+def test_a_released_submission_no_thread_waits_on_is_freed_by_the_next_call(mgr):
     """A waiter cut short inside its own leaving (Ctrl-C after it dropped its token, before
-    it freed the sequence destroyed meanwhile) left the sequence in `doomed` for good:
-    the next call that collects frees it now."""
+    it freed the submission of the sequence destroyed meanwhile) left it in the engine's
+    `released` for good: the next call that collects frees it now."""
     base = mgr.live_objects()
     seq = mgr.sequence(timestamps=True)   # not recycled: its command pool goes
     seq.record(sg.OpTensorSyncDevice([mgr.tensor(np.ones(4, np.float32))])).eval()
-    handle = seq._handle
+    sub = seq._sub
     token = object()
-    handle.waiters.add(token)            # a thread inside its fence wait
+    sub.waiters.add(token)               # a thread inside its fence wait
     seq.destroy()
-    assert handle in mgr._state.doomed   # the waiter is to free it
-    handle.waiters.discard(token)        # ... and left without doing so
+    assert sub in mgr._state.released    # the waiter is to free it
+    sub.waiters.discard(token)           # ... and left without doing so
     assert mgr.live_objects()["command_pools"] == base["command_pools"]
-    assert not mgr._state.doomed
+    assert not mgr._state.released
 
 
 CLOSE_WITH_A_WAITER_THAT_NEVER_LEAVES = """
 m = sg.Manager(wait_timeout=0.5)
 seq = m.sequence()
 seq.record(sg.OpTensorSyncDevice([m.tensor(np.ones(4, np.float32))])).eval()
-seq._handle.waiters.add(object())    # a token whose thread never comes back
+seq._sub.waiters.add(object())       # a token whose thread never comes back
 seq.destroy()
 start = time.monotonic()
 m.close()
