@@ -19,7 +19,9 @@ scopedgpu keeps that rule in two ways, and only these two:
   between the take and the call) runs whole, and a call into Python code is that code's
   own entry, where it must be robust in turn (a release that runs again frees nothing
   twice; the pool's steps take a range out of its holder, or store it there, in their
-  final store). Whatever a step hands over goes straight into a holder (`holder.x = ...`
+  final store). Its one call must not be what produces the thing it hands over: a
+  signal right after pop() returned loses what was popped, so a step takes by
+  subscript and `del`. Whatever a step hands over goes straight into a holder (`holder.x = ...`
   in the step itself, or `return step(...)` up to the caller's store, which no check
   separates from the return). The decorator costs nothing at run time (it returns the
   function itself); it records the function's code in STEPS, where
