@@ -6,6 +6,7 @@ import threading
 import weakref
 from typing import Any, Protocol, TypeVar
 
+from scopedgpu import _ki
 from scopedgpu._errors import DestroyedError, ForkedError
 
 ids = itertools.count(1)   # object numbers, never reused (repr, signatures)
@@ -206,12 +207,21 @@ class Child(NoCopy):
             raise DestroyedError(
                 f"{self!r} cannot be used: {why}. Create a new {self._what} instead.")
 
+    @_ki.step
     def _mark_destroyed(self) -> Handle | None:
-        """Marks the object destroyed; returns its handle if the caller must release it."""
+        """Marks the object destroyed; returns its handle if the caller must release it.
+        One step (subscripts and `del`, not pop(): a signal right after pop() returned
+        would lose the handle it popped)."""
         if self._destroyed:
             return None
         self._destroyed = True
-        return self._engine.handles.pop(self._ref, None)
+        handles = self._engine.handles
+        ref = self._ref
+        if ref not in handles:
+            return None
+        handle = handles[ref]
+        del handles[ref]
+        return handle  # type: ignore[no-any-return]
 
     def destroy(self) -> None:
         """Releases the object's resources (after the GPU work that uses them). Idempotent."""
@@ -228,17 +238,17 @@ class Child(NoCopy):
         state = self._engine
         handle = None
         # Ctrl-C anywhere below: a handle unregistered and not yet released is released
-        # by the finally (a release cut short runs again: it frees nothing twice);
-        # `handle` is cleared in the line that completes the release.
+        # by the handler (a release cut short runs again: it frees nothing twice).
         try:
             handle = self._mark_destroyed()
             self._forget()
             if handle is not None:
-                state.release(handle); handle = None  # noqa: E702
-        finally:
+                state.release(handle)
+        except BaseException:
             if handle is not None:
                 self._forget()   # idempotent
                 state.release(handle)
+            raise
 
     def _forget(self) -> None:
         """Hook: drop the manager's bookkeeping for this object."""

@@ -13,7 +13,7 @@ import time
 from collections import OrderedDict
 from typing import Any
 
-from scopedgpu import _vk
+from scopedgpu import _ki, _vk
 from scopedgpu._device import DeviceInfo
 from scopedgpu._engine import Engine
 from scopedgpu._errors import ShaderError
@@ -189,34 +189,52 @@ class Programs:
         elif log.isEnabledFor(logging.DEBUG):
             log.debug("pipeline cache hit (used by %d algorithms): %s", prog.refs,
                       _describe(key[0], info, spec, nbindings))
-        # One line: an interrupt never falls between taking the reference and returning.
-        self.unused_programs.pop(key, None); prog.refs += 1; holder.program = prog; return prog  # noqa: E702
+        return self._ref(prog, holder)
+
+    @_ki.step
+    def _ref(self, prog: _Program, holder: Any) -> _Program:
+        """Counts the reference and stores it in holder.program, in one step."""
+        if prog.key in self.unused_programs:
+            del self.unused_programs[prog.key]
+        prog.refs += 1
+        holder.program = prog
+        return prog
 
     def unref(self, holder: Any) -> None:
         """Drops the reference `holder.program` (an algorithm's handle) holds, and clears
-        it. One line: a Ctrl-C falls before it (the release runs again and does it) or
-        after it, never between taking the reference and counting it."""
-        prog, holder.program = holder.program, None; prog.refs -= 1; prog.refs or self.unused_programs.update({prog.key: prog})  # noqa: E501,E702
+        it in the same step: a Ctrl-C falls before it (the release runs again and does
+        it) or after it, never between taking the reference and counting it."""
+        self._unref(holder)
         while len(self.unused_programs) > UNUSED_PROGRAMS_KEPT:
-            self._destroy_program(self.unused_programs.popitem(last=False)[1])
+            self._destroy_program(next(iter(self.unused_programs.values())))
 
+    @_ki.step
+    def _unref(self, holder: Any) -> None:
+        prog = holder.program
+        holder.program = None
+        prog.refs -= 1
+        if not prog.refs:
+            self.unused_programs[prog.key] = prog
+
+    @_ki.step
     def _destroy_program(self, prog: _Program) -> None:
-        # One line (Ctrl-C): forgotten and destroyed together.
-        del self.programs[prog.key]; _vk.program_destroy(prog.handle); prog.handle = None  # noqa: E702
+        """Forgets the pipeline and destroys it, in one step."""
+        if prog.key in self.unused_programs:
+            del self.unused_programs[prog.key]
+        del self.programs[prog.key]
+        h, prog.handle = prog.handle, None
+        _vk.program_destroy(h)
 
     def drop_unused(self) -> int:
         n = len(self.unused_programs)
-        for prog in list(self.unused_programs.values()):
-            self._destroy_program(prog)
-        self.unused_programs.clear()
+        while self.unused_programs:
+            self._destroy_program(next(iter(self.unused_programs.values())))
         return n
 
     def destroy_all(self) -> None:
         """At close, after every algorithm was released: destroys every pipeline."""
-        for prog in list(self.programs.values()):
-            _vk.program_destroy(prog.handle)
-        self.programs.clear()
-        self.unused_programs.clear()
+        while self.programs:
+            self._destroy_program(next(iter(self.programs.values())))
 
 
 # What one entry of each cache holds among the shim's live counts (Manager.live_objects()):

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import numpy as np
 
-from scopedgpu import _settings, _vk
+from scopedgpu import _ki, _settings, _vk
 from scopedgpu._errors import DeviceError, OutOfMemoryError
 
 if TYPE_CHECKING:
@@ -141,10 +141,12 @@ class VkAllocator:
     takes any other object with the same methods (allocator=): tests/test_pool_model.py
     drives the pool with a fake one and no device, as CuPy tests its memory pool with a
     mock allocator. None of them is on the churn fast path (ranges from bins)."""
-    __slots__ = ("device",)
+    __slots__ = ("destroy", "device")
 
     def __init__(self, device_handle: Any):
         self.device = device_handle
+        # The shim's function itself, no Python frame: the pool's steps end with it.
+        self.destroy: Callable[[Any], None] = _vk.block_destroy
 
     def create(self, size: int, mem_type: int, mapped: bool, what: str) -> tuple[Any, int] | None:
         out = _vk.out("block")
@@ -165,9 +167,6 @@ class VkAllocator:
 
     def import_types(self, address: int) -> int:
         return _vk.host_pointer_types(self.device, address)
-
-    def destroy(self, handle: Any) -> None:
-        _vk.block_destroy(handle)
 
 
 class Block:
@@ -508,25 +507,44 @@ class Pool:
         return Allocation(blk, 0, size, nbytes)
 
     def unimport(self, a: Allocation) -> None:
+        """Gives back an import the caller took out of its holder."""
         blk = self.imports.pop(a.block.id, None)
         if blk is not None:
             self.allocator.destroy(blk.handle)
             blk.handle = _vk.NULL
             self.imported -= blk.size
 
+    @_ki.step
+    def unimport_held(self, holder: Any) -> None:
+        """Gives back the import in holder.stage (a tensor's handle), which it clears, in
+        one step whose last call is the allocator's destroy (VkAllocator's is the shim's
+        C function: nothing runs between the take and the destroy)."""
+        blk = holder.stage.block
+        holder.stage = None
+        if blk.id not in self.imports:
+            return None
+        del self.imports[blk.id]
+        self.imported -= blk.size
+        h, blk.handle = blk.handle, _vk.NULL
+        return self.allocator.destroy(h)
+
     def round(self, nbytes: int) -> int:
         """The bytes a request of nbytes takes: at least one alignment unit."""
         return max(self.align, round_up(nbytes, self.align))
 
+    @_ki.step
     def alloc(self, nbytes: int, kind: str) -> Allocation:
         al = self.align
         size = (nbytes + al - 1) // al * al if nbytes > al else al   # round(): inline, hot
         if size <= SMALL_LIMIT:
             sub = self._small[kind]
-            # Fast path: a freed range of exactly this size, handed out as it was.
-            b = sub.bins.get(size)  # type: ignore[union-attr]
-            if b:
-                a = b.pop()
+            bins = sub.bins
+            # Fast path: a freed range of exactly this size, handed out as it was (read and
+            # deleted by subscript, not pop(): one step, no call).
+            if size in bins and bins[size]:  # type: ignore[operator,index]  # noqa: RUF019 (no call)
+                b = bins[size]  # type: ignore[index]
+                a = b[-1]
+                del b[-1]
                 sub.binned -= 1
                 a.nbytes = nbytes
                 self.allocated += size
@@ -536,6 +554,9 @@ class Pool:
                 return a
         else:
             sub = self._subs[(kind, LARGE if size <= HUGE_ABOVE else HUGE)]
+        return self._alloc_new(sub, size, nbytes)
+
+    def _alloc_new(self, sub: SubPool, size: int, nbytes: int) -> Allocation:
         a = self._alloc_slow(sub, size)
         a.nbytes = nbytes
         self.allocated += a.size
@@ -595,23 +616,23 @@ class Pool:
             f"cache ({what}; {held})", result="VK_ERROR_OUT_OF_DEVICE_MEMORY",
             call="vkAllocateMemory")
 
+    @_ki.step
     def alloc_pair(self, nbytes: int) -> tuple[Allocation, Allocation]:
         """A "device" range and a "host" (staging) range of nbytes <= SMALL_LIMIT each."""
         al = self.align
         size = (nbytes + al - 1) // al * al if nbytes > al else al   # round(): inline, hot
         sd = self._small_device
         sh = self._small_host
-        bd = sd.bins.get(size)  # type: ignore[union-attr]
-        bh = sh.bins.get(size)  # type: ignore[union-attr]
-        if not (bd and bh):
-            a = self.alloc(nbytes, "device")
-            try:
-                return a, self.alloc(nbytes, "host")
-            except BaseException:
-                self.free(a)
-                raise
-        a = bd.pop()
-        b = bh.pop()
+        bd = sd.bins
+        bh = sh.bins
+        if not (size in bd and size in bh and bd[size] and bh[size]):  # type: ignore[operator,index]
+            return self._alloc_pair_slow(nbytes)
+        ld = bd[size]  # type: ignore[index]
+        lh = bh[size]  # type: ignore[index]
+        a = ld[-1]
+        b = lh[-1]
+        del ld[-1]
+        del lh[-1]
         sd.binned -= 1
         sh.binned -= 1
         a.nbytes = b.nbytes = nbytes
@@ -621,23 +642,49 @@ class Pool:
             self.peak_allocated = self.allocated
         return a, b
 
-    def free_pair(self, a: Allocation, b: Allocation) -> None:
-        """Frees what alloc_pair gave (the inverse of its fast path)."""
-        size = a.size
-        sa = a.block.sub
-        sb = b.block.sub
-        bd = sa.bins.get(size) if sa.bins is not None else None
-        bh = sb.bins.get(size) if sb.bins is not None else None
-        if b.size != size or bd is None or bh is None:
+    def _alloc_pair_slow(self, nbytes: int) -> tuple[Allocation, Allocation]:
+        a = self.alloc(nbytes, "device")
+        try:
+            return a, self.alloc(nbytes, "host")
+        except BaseException:
             self.free(a)
-            self.free(b)
-            return
-        self.allocated -= 2 * size
-        self.nallocs -= 2
-        bd.append(a)
-        bh.append(b)
-        sa.binned += 1
-        sb.binned += 1
+            raise
+
+    def free_pair(self, a: Allocation, b: Allocation) -> None:
+        """Frees what alloc_pair gave (taken out of their holder by the caller: a tensor
+        frees its ranges with free_held(), in the step that takes each)."""
+        self.free(a)
+        self.free(b)
+
+    @_ki.step
+    def free_held(self, holder: Any, stage: bool) -> None:
+        """Frees the range in holder.stage (stage) or holder.gpu, and clears it, in one
+        step (a Ctrl-C falls before it, and the release that runs again frees it, or
+        after it): the small sizes onto their bin, with no call (`+=`, not append()); the
+        others through free() as its last call."""
+        a = holder.stage if stage else holder.gpu
+        size = a.size
+        sub = a.block.sub
+        bins = sub.bins
+        if bins is None:
+            if stage:
+                holder.stage = None
+            else:
+                holder.gpu = None
+            return self.free(a)   # (cut at its entry: the range stays allocated)
+        if size in bins:
+            b = bins[size]
+            b += (a,)
+        else:
+            bins[size] = [a]
+        sub.binned += 1    # binned: its block still counts it (Block.nallocs)
+        self.allocated -= size
+        self.nallocs -= 1
+        if stage:
+            holder.stage = None
+        else:
+            holder.gpu = None
+        return None
 
     def free(self, a: Allocation) -> None:
         self.allocated -= a.size

@@ -20,6 +20,7 @@ import functools
 import weakref
 from typing import Any, Callable, NoReturn
 
+from scopedgpu import _ki
 from scopedgpu._errors import DeviceError, NoDeviceError, OutOfMemoryError
 from scopedgpu._ffi import ffi, lib
 
@@ -140,10 +141,12 @@ def out(kind: str) -> Any:
     return ffi.new(f"sg_{kind} **")
 
 
+@_ki.step
 def take(holder: Any) -> Any:
-    """The handle in an out-parameter, which it clears (a pure-Python call: no signal
-    handler runs between its return and the call it is passed to)."""
-    h, holder[0] = holder[0], ffi.NULL; return h  # noqa: E702 - one line: never split by Ctrl-C
+    """The handle in an out-parameter, which it clears (a step: no signal handler runs
+    inside it, nor between its return and the call it is passed to)."""
+    h, holder[0] = holder[0], ffi.NULL
+    return h
 
 
 def handle_id(h: Any) -> int:

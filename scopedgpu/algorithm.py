@@ -9,7 +9,7 @@ from typing import Any, Sequence as Seq, TypeVar
 
 import numpy as np
 
-from scopedgpu import _vk
+from scopedgpu import _ki, _vk
 from scopedgpu._base import Child, Handle
 from scopedgpu._caches import Programs, _Program
 from scopedgpu._engine import Engine
@@ -32,11 +32,16 @@ class _AlgoHandle(Handle):
         self.programs = programs
 
     def release(self, state: Engine, closing: bool) -> None:
-        # Taken in the line that frees it: run again after a Ctrl-C, never freed twice.
+        # Each taken in the step that frees it: run again after a Ctrl-C, never freed twice.
         if self.dset is not None:
-            dset, self.dset = self.dset, None; _vk.dset_destroy(dset)  # noqa: E702
+            self.destroy_dset()
         if self.program is not None:
-            self.programs.unref(self)   # takes and clears self.program in one line
+            self.programs.unref(self)   # takes and clears self.program in one step
+
+    @_ki.step
+    def destroy_dset(self) -> None:
+        dset, self.dset = self.dset, None
+        _vk.dset_destroy(dset)
 
 
 def _number_list(values: Any, what: str, name: str) -> list[Any]:

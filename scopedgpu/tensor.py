@@ -6,7 +6,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from scopedgpu import _vk
+from scopedgpu import _ki, _vk
 from scopedgpu._base import Child, Handle, ids
 from scopedgpu._device import dtype_feature
 from scopedgpu._engine import Engine
@@ -20,15 +20,16 @@ __all__ = ["Tensor", "KINDS", "dtype_feature"]
 
 KINDS = ("device", "host", "storage")
 
-def _free_unviewed(engine: weakref.ref[Engine], stage: Allocation) -> None:
-    """A staging range that was a destroyed tensor's data(): back to the pool once the last
-    numpy view of it is gone (while views live, the range holds their data)."""
+def _free_unviewed(engine: weakref.ref[Engine], lent: _TensorHandle) -> None:
+    """A staging range that was a destroyed tensor's data() (in lent.stage): back to the
+    pool once the last numpy view of it is gone (while views live, the range holds their
+    data)."""
     st = engine()
     if st is None or st.closed:
         return   # the pool went whole; numpy frees the memory with the views
     with st.lock:
-        if not st.closed:
-            st.pool.free(stage)
+        if not st.closed and lent.stage is not None:
+            st.pool.free_held(lent, True)
 
 
 class _TensorHandle(Handle):
@@ -50,29 +51,51 @@ class _TensorHandle(Handle):
         self.fresh = False
 
     def release(self, state: Engine, closing: bool) -> None:
-        # Each range is taken (cleared) in the line that frees it: a release that a
-        # Ctrl-C cut short and that runs again (Child.destroy) never frees one twice.
+        # Each range is taken out of its holder in the pool's step that frees it
+        # (Pool.free_held, unimport_held): a release that a Ctrl-C cut short and that runs
+        # again (Child.destroy) never frees one twice.
         if closing:
             return  # the pool is destroyed whole, imports included
         pool = state.pool
         v = self.view() if self.view is not None else None
         if v is not None and self.stage is not None:
-            # A user still holds data(): its range stays theirs until the view goes.
-            stage, self.stage = self.stage, None; weakref.finalize(v, _free_unviewed, weakref.ref(state), stage).atexit = False  # noqa: E501,E702
+            # A user still holds data(): its range stays theirs until the view goes. The
+            # finalizer is made first, around a holder still empty; the range moves into
+            # that holder in one step.
+            lent = _TensorHandle()
+            weakref.finalize(v, _free_unviewed, weakref.ref(state), lent).atexit = False
+            self.lend_stage(lent)
         del v
-        if self.host is None and self.gpu is not None and self.stage is not None:
-            gpu, stage, self.gpu, self.stage = self.gpu, self.stage, None, None; pool.free_pair(gpu, stage)  # noqa: E501,E702
-            return
         if self.gpu is not None:
-            gpu, self.gpu = self.gpu, None; pool.free(gpu)  # noqa: E702
+            pool.free_held(self, False)
         if self.stage is not None:
             if self.host is not None:
                 # the device no longer refers to the memory, so numpy may free it with
                 # its last view (self.host dropped below)
-                stage, self.stage = self.stage, None; pool.unimport(stage)  # noqa: E702
+                pool.unimport_held(self)
             else:
-                stage, self.stage = self.stage, None; pool.free(stage)  # noqa: E702
+                pool.free_held(self, True)
         self.host = None
+
+    @_ki.step
+    def lend_stage(self, lent: _TensorHandle) -> None:
+        lent.stage = self.stage
+        self.stage = None
+
+
+@_ki.step
+def _unregister(state: Engine, ref: weakref.ref[Any]) -> _TensorHandle | None:
+    """Takes a tensor's handle out of the manager's records, in one step (subscripts and
+    `del`, not pop(): a signal right after pop() returned would lose what it popped)."""
+    refs = state.tensors.refs
+    if ref in refs:
+        del refs[ref]
+    handles = state.handles
+    if ref not in handles:
+        return None
+    handle = handles[ref]
+    del handles[ref]
+    return handle  # type: ignore[return-value]
 
 
 class Tensor(Child):
@@ -438,20 +461,20 @@ class Tensor(Child):
             self._destroyed = True
             if self._th.view is not None:
                 self._host = None   # data() is a range of the pool: the user's views keep it
-            ref = self._ref
             handle = None
             # Ctrl-C anywhere below: a handle unregistered and not yet released is
-            # released by the finally (a release cut short runs again: it frees nothing
-            # twice); `handle` is cleared in the line that completes the release.
+            # released by the handler (a release cut short runs again: it frees nothing
+            # twice).
             try:
-                handle = state.handles.pop(ref, None); state.tensors.refs.pop(ref, None)  # noqa: E702
+                handle = _unregister(state, self._ref)
                 if handle is not None:
                     if state.running:
-                        state.release(handle); handle = None  # noqa: E702
+                        state.release(handle)
                     else:
-                        handle.release(state, False); handle = None  # noqa: E702
-            finally:
+                        handle.release(state, False)
+            except BaseException:
                 if handle is not None:
                     state.release(handle)
+                raise
             if state.debug:
                 state.check_validation(f"destroying {self!r}")
