@@ -61,8 +61,7 @@ class SequenceCache:
         cache = self.by_queue.get(queue)
         if not cache:
             return None
-        # One step (no call: a Ctrl-C cannot land inside it): owned and out of the cache.
-        sub = cache[-1]; sub.owner = sub if owner is None else owner; del cache[-1]; return sub  # noqa: E702
+        return _take_last(cache, owner)
 
     def keep(self, sub: Submission) -> bool:
         """Keeps a freed submission for reuse (Submission.free: its last submission is
@@ -71,7 +70,7 @@ class SequenceCache:
         cache = self.by_queue.setdefault(sub.queue, [])
         if len(cache) >= SEQUENCES_KEPT or self.engine.closed:
             return False
-        sub.owner = self; cache.append(sub)  # noqa: E702 - one step: owned and kept (Ctrl-C)
+        _keep(self, cache, sub)
         return True
 
     def count(self) -> int:
@@ -85,6 +84,23 @@ class SequenceCache:
                 cache.pop()
                 n += 1
         return n
+
+
+@_ki.step
+def _take_last(cache: list[Submission], owner: object) -> Submission:
+    """The last idle submission of a cache, now `owner`'s, out of it, in one step (no call:
+    returned straight into the caller's store)."""
+    sub = cache[-1]
+    sub.owner = sub if owner is None else owner
+    del cache[-1]
+    return sub
+
+
+@_ki.step
+def _keep(owner: SequenceCache, cache: list[Submission], sub: Submission) -> None:
+    """Owned by the cache and in it, in one step."""
+    sub.owner = owner
+    cache.append(sub)
 
 
 class Reflections:

@@ -21,7 +21,7 @@ import time
 import weakref
 from typing import Any
 
-from scopedgpu import _vk
+from scopedgpu import _ki, _vk
 from scopedgpu._base import ChildSet, Handle
 from scopedgpu._device import DeviceInfo
 from scopedgpu._errors import DestroyedError, ForkedError, ValidationError
@@ -191,17 +191,28 @@ class Engine(Validation):
         while garbage:
             handle = garbage[0]
             if handle.requeue_safe:
-                # Its release is safe to run again: it leaves the queue once it returned,
-                # in the same line (an interrupt inside it leaves it for the next call).
-                self.release(handle); garbage.popleft()  # noqa: E702
+                # Its release is safe to run again: it leaves the queue once it returned
+                # (an interrupt inside it, or before the del, leaves it for the next call,
+                # which releases it again: harmless).
+                self.release(handle)
+                if garbage and garbage[0] is handle:
+                    del garbage[0]
             else:
-                self.release(garbage.popleft())
+                self._release_next(garbage)
         if self.running:
             self.poll_running()
         if self.released:
             self.free_released()
         if self.streams:
             self.reap_streams()
+
+    @_ki.step
+    def _release_next(self, garbage: collections.deque[Handle]) -> None:
+        """Takes the first queued handle out (by subscript and del: a signal right after
+        popleft() returned would lose it) and releases it, in one step."""
+        handle = garbage[0]
+        del garbage[0]
+        self.release(handle)
 
     def free_released(self) -> None:
         """Frees the released submissions that no thread waits on and whose work

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from scopedgpu import _vk
+from scopedgpu import _ki, _vk
 
 __all__ = ["Submission"]
 
@@ -144,7 +144,7 @@ class Submission:
         self.copies = ()
         staging = self.staging
         while staging:
-            state.pool.free(staging.pop())
+            _free_last(state.pool, staging)
         if h != _NULL and self.recyclable and not closing and state.seq_cache.keep(self):
             state.released.discard(self)   # (the cache owns it now)
             return
@@ -157,3 +157,12 @@ class Submission:
         empty_cache(); any, once close() found the device idle). Safe to run again."""
         _vk.seq_destroy(_vk.take(self.cell))
         state.submissions.discard(self)
+
+
+@_ki.step
+def _free_last(pool: Any, staging: list[Any]) -> None:
+    """Takes the last staging range out of the list (by subscript and del: a signal right
+    after pop() returned would lose it) and frees it, in one step."""
+    a = staging[-1]
+    del staging[-1]
+    pool.free(a)

@@ -8,7 +8,7 @@ import time
 import weakref
 from typing import Any, TypeVar
 
-from scopedgpu import _vk
+from scopedgpu import _ki, _vk
 from scopedgpu._base import Child, Handle, first_destroyed, handles_of
 from scopedgpu._engine import SPIN_NS, WAIT_SLICE_NS, Engine, Roots, fence_wait
 from scopedgpu._errors import DestroyedError
@@ -348,7 +348,7 @@ class Sequence(Child):
         # short before the submit, it completes at once (its fence is still signalled);
         # after it, the submission is waited for like any other, never submitted
         # again while pending, and the manager holds the sequence until it completes.
-        self._running = True; state.running[self._ref] = None; self._roots.running.add(self)  # noqa: E702
+        self._enter_running(state)
         rc = _seq_submit(self._h)
         if rc:
             self._retire()
@@ -473,7 +473,8 @@ class Sequence(Child):
                     period = self._state.info.timestamp_period
                     self._timestamps = [int(v * period) for v in raw]
             finally:
-                self._retire(); retired = True  # noqa: E702 - one line (see below)
+                self._retire()
+                retired = True   # (cut short before this: the finally below runs it again)
         finally:
             if not retired:   # the cleanup above was interrupted (Ctrl-C): run it again
                 self._retire()
@@ -483,7 +484,7 @@ class Sequence(Child):
         Safe to run again."""
         state = self._state
         self._running = False
-        state.running.pop(self._ref, None); self._roots.running.discard(self)  # noqa: E702
+        self._leave_running(state)
         self._inflight = _EMPTY
         if self._destroyed:   # (destroyed while it ran: see _drop_ops)
             self._unindex()
@@ -493,6 +494,23 @@ class Sequence(Child):
         if zombie is not None:   # destroyed while it ran (see destroy())
             zombie.release(state, False)   # idempotent: cleared only once it returned
             self._zombie = None
+
+    @_ki.step
+    def _enter_running(self, state: Engine) -> None:
+        """Running, in the engine's (weak, in submission order) and the manager's (strong)
+        sets, in one step."""
+        self._running = True
+        state.running[self._ref] = None
+        self._roots.running.add(self)
+
+    @_ki.step
+    def _leave_running(self, state: Engine) -> None:
+        """Out of both sets, in one step; safe to run again."""
+        running = state.running
+        ref = self._ref
+        if ref in running:
+            del running[ref]
+        self._roots.running.discard(self)
 
     def _record_commands(self) -> None:
         n = len(self._ops)

@@ -341,7 +341,17 @@ class Streamer:
         if h.staged is not None:
             h.staged = h.block = None
         elif h.block is not None:
-            blk, h.block = h.block, None; self.workers.submit(_vk.block_destroy, blk)  # noqa: E702
+            self._destroy_import(h, True)
+
+    @_ki.step
+    def _destroy_import(self, h: _Host, on_worker: bool) -> Any:
+        """Takes a chunk's import out of h.block and destroys it (on a worker, or here),
+        in one step."""
+        blk = h.block
+        h.block = None
+        if on_worker:
+            return self.workers.submit(_vk.block_destroy, blk)
+        return _vk.block_destroy(blk)
 
     def _finish_outputs(self, slot: _Slot) -> None:
         slot.futures = [self.workers.submit(self._finish, slot.hosts[i]) for i in self.down_idx]
@@ -579,7 +589,7 @@ class Streamer:
         each step is whole; a second call finds nothing left to free."""
         for h in slot.hosts:
             if h.staged is None and h.block is not None:
-                blk, h.block = h.block, None; _vk.block_destroy(blk)  # noqa: E702
+                self._destroy_import(h, False)
         slot.hosts = []
         with self.state.lock:
             for sub in (slot.up, slot.down):

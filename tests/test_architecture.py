@@ -480,9 +480,8 @@ def step_rule_violations(pkg: Path) -> list[str]:
             for mod in [key.split(".")[0]] for v in step_violations(code)]
 
 
-# The lead converts these files' `;` steps with the Submission class (issue 25); until
-# then they keep the old convention. Remove each name as its file is converted.
-SEMICOLON_PENDING = {"sequence.py", "_engine.py", "stream.py"}
+# Files still allowed `;`-joined lines: none (the step rule holds everywhere).
+SEMICOLON_PENDING: set[str] = set()
 
 
 def semicolon_lines(pkg: Path, pending: set[str] = frozenset()) -> list[str]:  # type: ignore[assignment]
