@@ -520,10 +520,10 @@ def _bounded_parts(wg: tuple[int, int, int], what: str, maxc: tuple[int, int, in
                              "every axis needs at least 1")
         if v * n > _UINT32_END:
             raise ValueError(
-                f"{what}: workgroup {wg} exceeds this device's maxComputeWorkGroupCount "
-                f"{maxc} on axis {axis}, and is too large to dispatch in parts: {v} groups "
-                f"of {n} invocations would take gl_GlobalInvocationID past its 32-bit range "
-                f"(at most {_UINT32_END // n} groups on that axis)")
+                f"{what}: workgroup {wg} has {v} groups of {n} invocations on axis {axis}, "
+                f"which would take gl_GlobalInvocationID past its 32-bit range: at most "
+                f"{_UINT32_END // n} groups on that axis (beyond this device's "
+                f"maxComputeWorkGroupCount {maxc} a dispatch runs in parts)")
     return wg
 
 
