@@ -750,12 +750,15 @@ class Algorithm(Child):
                         f"constants after the shader's {info.push_constant_size} bytes, "
                         f"{split.push_size} bytes in all, more than this device's "
                         f"maxPushConstantsSize ({dev.max_push_constants_size})")
+                # The handle holds the holder before the reference is taken, so that a
+                # Ctrl-C anywhere leaves it where release() finds it (Programs.get stores
+                # the reference in holder.program in the line that takes it).
+                holder = handle.split = _SplitProgram(split)  # type: ignore[attr-defined]
+            if holder.program is None:   # (again, where an interrupt cut it short)
                 # Validated like any module before a driver sees it (Reflections.get).
-                split_info = state.reflections.get(split.spirv)
-                holder = _SplitProgram(split)
-                state.programs.get(split.spirv, split_info, self._spec, len(self._tensors),
-                                   holder)
-                handle.split = holder  # type: ignore[attr-defined]
+                spirv = holder.split.spirv
+                state.programs.get(spirv, state.reflections.get(spirv), self._spec,
+                                   len(self._tensors), holder)
         split = holder.split
         local = self._local_size
         template = push.ljust(split.push_size, b"\0")

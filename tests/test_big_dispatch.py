@@ -69,6 +69,15 @@ layout(set = 0, binding = 0) buffer A { uint a[]; };
 void main() { a[gl_GlobalInvocationID.x] = gl_NumWorkGroups.x; }
 """
 
+# A push-constant block of 128 bytes, every device's least maxPushConstantsSize.
+FULL_PUSH = """
+#version 450
+layout(local_size_x = 1) in;
+layout(push_constant) uniform P { vec4 v[8]; } p;
+layout(set = 0, binding = 0) buffer A { float a[]; };
+void main() { a[gl_GlobalInvocationID.x] = p.v[gl_GlobalInvocationID.x % 8u].x; }
+"""
+
 # kp's README kernel, kp style (float tensors, local_size_x = 1, the default workgroup).
 KP_MULT = """
 #version 450
@@ -248,6 +257,28 @@ def test_num_workgroups_refusal_through_kp():
     with pytest.raises(RuntimeError, match="reads gl_NumWorkGroups"):
         m.algorithm([t], compile_source(NUM_GROUPS), (1, maxc[1] + 1, 1))
     m.destroy()
+
+
+def test_no_room_for_the_base_in_the_push_constants_is_refused(mgr):
+    """A shader whose push-constant block leaves no room for the base (16-byte aligned
+    after it) within maxPushConstantsSize: ValueError naming both sizes and the limit,
+    when the dispatch beyond the limit is asked for; within the limit it runs."""
+    limit = mgr.device.max_push_constants_size
+    if limit >= 128 + 12:
+        pytest.skip(f"maxPushConstantsSize is {limit}: a 128-byte block leaves room")
+    maxc = mgr.device.max_workgroup_count
+    t = mgr.tensor(np.zeros(8, np.float32))
+    push = np.arange(32, dtype=np.float32)
+    algo = mgr.algorithm([t], compile_source(FULL_PUSH), push_consts=push)
+    with pytest.raises(ValueError, match=rf"cannot be dispatched in parts: each part's base "
+                                         rf"goes in the push constants after the shader's "
+                                         rf"128 bytes, 140 bytes in all, more than this "
+                                         rf"device's maxPushConstantsSize \({limit}\)"):
+        sg.OpAlgoDispatch(algo, workgroup=(1, maxc[1] + 1, 1))
+    mgr.run(sg.OpAlgoDispatch(algo), sg.OpTensorSyncLocal([t]))
+    np.testing.assert_array_equal(t.data(), push[::4])
+    algo.destroy()
+    t.destroy()
 
 
 def test_within_the_limit_nothing_changes(mgr):
