@@ -651,6 +651,7 @@ class Algorithm(Child):
                 state.algorithms.add(self)
                 if self._oversized(self._workgroup):
                     self._parts = self._split_parts(self._push, self._workgroup, what)
+                self._defaults = (self._push, self._workgroup, self._parts)
             except BaseException as exc:
                 ref = getattr(self, "_ref", None)
                 if ref is not None:
@@ -850,6 +851,12 @@ class Algorithm(Child):
         (package-internal)."""
         h = self._handle
         return h.program.handle, h.dset  # type: ignore[attr-defined]
+
+    @property
+    def dispatch_defaults(self) -> tuple[bytes, tuple[int, int, int], Any]:
+        """(push_bytes, workgroup, parts): what OpAlgoDispatch(algo) records, in one
+        read (package-internal)."""
+        return self._defaults
 
     @property
     def parts(self) -> list[tuple[bytes, tuple[int, int, int]]] | None:

@@ -178,9 +178,7 @@ class OpAlgoDispatch(Op):
         bound = algorithm.bound
         self._objs = (algorithm, *bound)
         if push_consts is None and workgroup is None:   # the common case, kept cheap
-            self.push = algorithm.push_bytes
-            self.workgroup = algorithm.workgroup
-            self.parts = algorithm.parts
+            self.push, self.workgroup, self.parts = algorithm.dispatch_defaults
             return
         what = f"OpAlgoDispatch({algorithm!r})"
         self.push = algorithm.encode_push(push_consts, what)
