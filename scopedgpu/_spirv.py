@@ -8,7 +8,7 @@ array, the push-constant block: its size, the widths of its members and each mem
 name, offset and type (PushMember: what a list of push constants is packed by), the bytes
 of shared
 (Workgroup) memory the entry point declares, and the declared specialization constants
-with their widths.
+with their widths, and the built-ins it declares (BuiltIn decorations).
 """
 from __future__ import annotations
 
@@ -177,6 +177,9 @@ class ShaderInfo:
     # least what the driver will need (members packed, no padding); None when an array
     # length is computed from specialization constants (OpSpecConstantOp).
     shared_memory_size: int | None = 0
+    # The BuiltIn decorations the module declares (on variables or block members), e.g.
+    # 28 for GlobalInvocationId, 24 for NumWorkgroups: what a dispatch in parts changes.
+    builtins: frozenset[int] = frozenset()
     _shared_with: Callable[[dict[int, int | float]], int | None] | None = field(
         default=None, repr=False, compare=False)
 
@@ -617,5 +620,8 @@ def reflect(spirv: bytes) -> ShaderInfo:
         push_constant_members=push_members(push_struct) if push_struct else (),
         push_constant_block=names.get(push_struct, "") if push_struct else "",
         shared_memory_size=shared_size({}),
+        builtins=frozenset(d[DEC_BUILTIN][0] for d in (*decorations.values(),
+                                                          *member_decs.values())
+                           if d.get(DEC_BUILTIN)),
         _shared_with=shared_size if shared_types else None,
     )

@@ -15,6 +15,7 @@ from scopedgpu._caches import Programs, _Program
 from scopedgpu._engine import Engine
 from scopedgpu._errors import ShaderError
 from scopedgpu._spirv import ShaderInfo, SpecConstant
+from scopedgpu._spirv_split import BUILTIN_NUM_WORKGROUPS, CannotSplit, Split, split_module
 from scopedgpu.tensor import Tensor
 
 A = TypeVar("A", bound="Algorithm")
@@ -22,14 +23,27 @@ A = TypeVar("A", bound="Algorithm")
 __all__ = ["Algorithm", "encode_push_consts", "encode_spec_consts"]
 
 
+class _SplitProgram:
+    """The pipeline of the module rewritten for dispatches in parts (_spirv_split), built
+    for an algorithm the first time one of its dispatches exceeds the device's
+    maxComputeWorkGroupCount; holds its reference as an algorithm's handle holds its own
+    (Programs.get stores it in `program`)."""
+    __slots__ = ("program", "split")
+
+    def __init__(self, split: Split):
+        self.program: _Program | None = None
+        self.split = split
+
+
 class _AlgoHandle(Handle):
-    __slots__ = ("dset", "program", "programs")
+    __slots__ = ("dset", "program", "programs", "split")
     close_order = 1   # after the sequences whose commands use it, before tensors
 
     def __init__(self, dset: Any, program: _Program | None, programs: Programs):
         self.dset = dset
         self.program: _Program | None = program
         self.programs = programs
+        self.split: _SplitProgram | None = None
 
     def release(self, state: Engine, closing: bool) -> None:
         # Each taken in the step that frees it: run again after a Ctrl-C, never freed twice.
@@ -37,6 +51,8 @@ class _AlgoHandle(Handle):
             self.destroy_dset()
         if self.program is not None:
             self.programs.unref(self)   # takes and clears self.program in one step
+        if self.split is not None and self.split.program is not None:
+            self.programs.unref(self.split)
 
     @_ki.step
     def destroy_dset(self) -> None:
@@ -464,6 +480,11 @@ def spec_values(spec: tuple[list[int], list[int], list[int], bytes],
 def parse_workgroup(workgroup: Any, what: str, maxc: tuple[int, int, int]) -> tuple[int, int, int]:
     """A workgroup given by the caller: up to three integers, each from 1 to the device's
     maxComputeWorkGroupCount on its axis; TypeError or ValueError naming it otherwise."""
+    return _bounded(_workgroup_tuple(workgroup, what), what, maxc)
+
+
+def _workgroup_tuple(workgroup: Any, what: str) -> tuple[int, int, int]:
+    """Up to three integers, padded with 1s; TypeError or ValueError naming it otherwise."""
     if isinstance(workgroup, (str, bytes)) or not hasattr(workgroup, "__iter__"):
         raise TypeError(f"{what}: workgroup must be a tuple of up to three "
                         f"integers, not {type(workgroup).__name__} {workgroup!r}")
@@ -475,7 +496,7 @@ def parse_workgroup(workgroup: Any, what: str, maxc: tuple[int, int, int]) -> tu
     if not 1 <= len(wg_list) <= 3:
         raise ValueError(f"{what}: workgroup must have 1 to 3 entries, not {workgroup!r}")
     wg_list += [1] * (3 - len(wg_list))
-    return _bounded((wg_list[0], wg_list[1], wg_list[2]), what, maxc)
+    return (wg_list[0], wg_list[1], wg_list[2])
 
 
 def _bounded(wg: tuple[int, int, int], what: str,
@@ -488,6 +509,36 @@ def _bounded(wg: tuple[int, int, int], what: str,
             raise ValueError(f"{what}: workgroup {wg} exceeds this device's "
                              f"maxComputeWorkGroupCount {maxc} on axis {axis}")
     return wg
+
+
+# gl_GlobalInvocationID and the bases a dispatch in parts pushes are 32-bit uints.
+_UINT32_END = 1 << 32
+
+
+def _bounded_parts(wg: tuple[int, int, int], what: str, maxc: tuple[int, int, int],
+                   local: tuple[int, int, int]) -> tuple[int, int, int]:
+    """An algorithm's workgroup: from 1 on each axis; beyond maxComputeWorkGroupCount it
+    is dispatched in parts, up to the 32-bit range of gl_GlobalInvocationID."""
+    for axis, (v, m, n) in enumerate(zip(wg, maxc, local)):
+        if v < 1:
+            raise ValueError(f"{what}: workgroup {wg} has {v} groups on axis {axis}; "
+                             "every axis needs at least 1")
+        if v * n > _UINT32_END:
+            raise ValueError(
+                f"{what}: workgroup {wg} has {v} groups of {n} invocations on axis {axis}, "
+                f"which would take gl_GlobalInvocationID past its 32-bit range: at most "
+                f"{_UINT32_END // n} groups on that axis (beyond this device's "
+                f"maxComputeWorkGroupCount {maxc} a dispatch runs in parts)")
+    return wg
+
+
+def dispatch_parts(workgroup: tuple[int, int, int], maxc: tuple[int, int, int]
+                   ) -> list[tuple[tuple[int, int, int], tuple[int, int, int]]]:
+    """(first group, group counts) of each part of a dispatch of `workgroup` groups
+    split so that every part is within maxc on every axis (x fastest)."""
+    axes = [[(b, min(m, n - b)) for b in range(0, n, m)] for n, m in zip(workgroup, maxc)]
+    return [((bx, by, bz), (cx, cy, cz)) for bz, cz in axes[2] for by, cy in axes[1]
+            for bx, cx in axes[0]]
 
 
 class Algorithm(Child):
@@ -579,8 +630,11 @@ class Algorithm(Child):
         self._push = encode_push_consts(push_consts, what, info)
         self._push_values = push_consts
         self._workgroup = self.check_workgroup(workgroup, tensors, what, dev.max_workgroup_count)
+        self._parts: list[tuple[bytes, tuple[int, int, int]]] | None = None
         self._tensors = tensors
         self._spec_consts = spec_consts
+        self._spirv = spirv
+        self._spec = spec
 
         with state.lock:
             state.check_open()
@@ -600,6 +654,9 @@ class Algorithm(Child):
                 handle.dset = out[0]
                 super().__init__(manager, engine, handle)
                 state.algorithms.add(self)
+                if self._oversized(self._workgroup):
+                    self._parts = self._split_parts(self._push, self._workgroup, what)
+                self._defaults = (self._push, self._workgroup, self._parts)
             except BaseException as exc:
                 ref = getattr(self, "_ref", None)
                 if ref is not None:
@@ -620,31 +677,107 @@ class Algorithm(Child):
 
     def check_workgroup(self, workgroup: Seq[int] | None, tensors: list[Tensor],
                         what: str, maxc: tuple[int, int, int]) -> tuple[int, int, int]:
-        """The number of workgroups: `workgroup` checked against the device, or by default
-        enough groups of the shader's local size to cover tensors[0]."""
+        """The number of workgroups: `workgroup` checked, or by default enough groups of
+        the shader's local size to cover tensors[0]. Beyond the device's
+        maxComputeWorkGroupCount it is dispatched in parts (split_parts), where the shader
+        allows it; ValueError saying why where it does not."""
+        local = self._local_size
         if workgroup is None:
             if not tensors:
                 raise ValueError(f"{what}: give a workgroup when there are no tensors")
             n = tensors[0].size
-            local = self._local_size[0]
-            wg = ((n + local - 1) // local, 1, 1)
+            wg = ((n + local[0] - 1) // local[0], 1, 1)
             if wg[0] > maxc[0]:
-                t = tensors[0]
-                dev = self._engine_info
-                need = -(-n // maxc[0])
-                raise ValueError(
-                    f"{what}: no workgroup was given, and the default (one invocation per "
-                    f"element of tensors[0], {t!r}: {n} elements, {t.nbytes} bytes) needs "
-                    f"{wg[0]} groups of the shader's local size {local} on axis 0, more "
-                    f"than this device's maxComputeWorkGroupCount[0] ({maxc[0]}). Either "
-                    f"use a local_size_x of at least {need} (this device allows up to "
-                    f"{min(dev.max_workgroup_size[0], dev.max_workgroup_invocations)}), "
-                    f"or pass an explicit 2D grid, e.g. workgroup=({maxc[0]}, "
-                    f"{-(-wg[0] // maxc[0])}, 1), with the shader indexing "
-                    "gl_GlobalInvocationID.y * gl_NumWorkGroups.x * gl_WorkGroupSize.x + "
-                    "gl_GlobalInvocationID.x")
-            return _bounded(wg, what, maxc)
-        return parse_workgroup(workgroup, what, maxc)
+                why = self._unsplittable()
+                if why is not None:
+                    t = tensors[0]
+                    dev = self._engine_info
+                    need = -(-n // maxc[0])
+                    raise ValueError(
+                        f"{what}: no workgroup was given, and the default (one invocation "
+                        f"per element of tensors[0], {t!r}: {n} elements, {t.nbytes} bytes) "
+                        f"needs {wg[0]} groups of the shader's local size {local[0]} on "
+                        f"axis 0, more than this device's maxComputeWorkGroupCount[0] "
+                        f"({maxc[0]}), and it cannot be dispatched in parts: {why}. Either "
+                        f"use a local_size_x of at least {need} (this device allows up to "
+                        f"{min(dev.max_workgroup_size[0], dev.max_workgroup_invocations)}), "
+                        f"or pass an explicit 2D grid, e.g. workgroup=({maxc[0]}, "
+                        f"{-(-wg[0] // maxc[0])}, 1), with the shader indexing "
+                        "gl_GlobalInvocationID.y * gl_NumWorkGroups.x * gl_WorkGroupSize.x + "
+                        "gl_GlobalInvocationID.x")
+            return _bounded_parts(wg, what, maxc, local)
+        wg = _bounded_parts(_workgroup_tuple(workgroup, what), what, maxc, local)
+        if self._oversized(wg):
+            why = self._unsplittable()
+            if why is not None:
+                axis = next(a for a in range(3) if wg[a] > maxc[a])
+                raise ValueError(f"{what}: workgroup {wg} exceeds this device's "
+                                 f"maxComputeWorkGroupCount {maxc} on axis {axis}, and it "
+                                 f"cannot be dispatched in parts: {why}")
+        return wg
+
+    def _oversized(self, wg: tuple[int, int, int]) -> bool:
+        maxc = self._engine_info.max_workgroup_count
+        return wg[0] > maxc[0] or wg[1] > maxc[1] or wg[2] > maxc[2]
+
+    def _unsplittable(self) -> str | None:
+        """Why this shader cannot run as several dispatches (as reflection tells; the
+        rewrite may still refuse what reflection does not see), or None."""
+        if BUILTIN_NUM_WORKGROUPS in self._info.builtins:
+            return ("the shader reads gl_NumWorkGroups, which each part would see as its "
+                    "own count of groups, not the whole dispatch's")
+        return None
+
+    def _split_parts(self, push: bytes, workgroup: tuple[int, int, int], what: str
+                     ) -> list[tuple[bytes, tuple[int, int, int]]]:
+        """The (push constants, group counts) of the parts of a dispatch of `workgroup`
+        groups beyond the device's limit, building the rewritten module's pipeline the
+        first time (_spirv_split); ValueError or ShaderError where it cannot be."""
+        state = self._engine
+        dev = self._engine_info
+        handle = self._handle
+        with state.lock:
+            state.check_open()
+            holder = handle.split  # type: ignore[attr-defined]
+            if holder is None:
+                info = self._info
+                try:
+                    split = split_module(bytes(self._spirv), info.push_constant_size)
+                except CannotSplit as exc:
+                    raise ValueError(
+                        f"{what}: workgroup {workgroup} exceeds this device's "
+                        f"maxComputeWorkGroupCount {dev.max_workgroup_count}, and it cannot "
+                        f"be dispatched in parts: {exc}") from None
+                if split.push_size > dev.max_push_constants_size:
+                    raise ValueError(
+                        f"{what}: workgroup {workgroup} exceeds this device's "
+                        f"maxComputeWorkGroupCount {dev.max_workgroup_count}, and it cannot "
+                        f"be dispatched in parts: each part's base goes in the push "
+                        f"constants after the shader's {info.push_constant_size} bytes, "
+                        f"{split.push_size} bytes in all, more than this device's "
+                        f"maxPushConstantsSize ({dev.max_push_constants_size})")
+                # The handle holds the holder before the reference is taken, so that a
+                # Ctrl-C anywhere leaves it where release() finds it (Programs.get stores
+                # the reference in holder.program in the line that takes it).
+                holder = handle.split = _SplitProgram(split)  # type: ignore[attr-defined]
+            if holder.program is None:   # (again, where an interrupt cut it short)
+                # Validated like any module before a driver sees it (Reflections.get).
+                spirv = holder.split.spirv
+                state.programs.get(spirv, state.reflections.get(spirv), self._spec,
+                                   len(self._tensors), holder)
+        split = holder.split
+        local = self._local_size
+        template = push.ljust(split.push_size, b"\0")
+        parts = []
+        for base, counts in dispatch_parts(workgroup, dev.max_workgroup_count):
+            blob = bytearray(template)
+            if split.group_offset is not None:
+                struct.pack_into("<3I", blob, split.group_offset, *base)
+            if split.invocation_offset is not None:
+                struct.pack_into("<3I", blob, split.invocation_offset,
+                                 *(b * n for b, n in zip(base, local)))
+            parts.append((bytes(blob), counts))
+        return parts
 
     # -- public -------------------------------------------------------------------
     @property
@@ -723,6 +856,33 @@ class Algorithm(Child):
         (package-internal)."""
         h = self._handle
         return h.program.handle, h.dset  # type: ignore[attr-defined]
+
+    @property
+    def dispatch_defaults(self) -> tuple[bytes, tuple[int, int, int], Any]:
+        """(push_bytes, workgroup, parts): what OpAlgoDispatch(algo) records, in one
+        read (package-internal)."""
+        return self._defaults
+
+    @property
+    def parts(self) -> list[tuple[bytes, tuple[int, int, int]]] | None:
+        """The (push constants, group counts) of the parts its default dispatch is
+        recorded as (its workgroup beyond the device's maxComputeWorkGroupCount), or None
+        for one dispatch (package-internal)."""
+        return self._parts
+
+    def split_parts(self, push: bytes, workgroup: tuple[int, int, int],
+                    what: str) -> list[tuple[bytes, tuple[int, int, int]]] | None:
+        """The parts of a dispatch with these push constants and workgroup (checked by
+        check_workgroup), or None when it fits the device's limit (package-internal)."""
+        if not self._oversized(workgroup):
+            return None
+        self._check()
+        return self._split_parts(push, workgroup, what)
+
+    def split_handle(self) -> Any:
+        """The pipeline of the module rewritten for dispatches in parts, of a live
+        algorithm whose split_parts() gave parts (package-internal)."""
+        return self._handle.split.program.handle  # type: ignore[attr-defined]
 
     def _forget(self) -> None:
         self._engine.algorithms.discard(self)

@@ -352,19 +352,8 @@ class Algorithm(NoCopy):
         if wg[0] <= 0:
             # kp: no x count dispatches tensors[0].size() groups (1 without tensors).
             wg = (natives[0].size if natives else 1, 1, 1)
-            maxc = self._manager._m.device.max_workgroup_count[0]
-            if wg[0] > maxc:
-                # kp dispatches them anyway, beyond what the device promises (lavapipe
-                # happens to run it); vkCmdDispatchBase cannot help: base + count is
-                # bounded by the same limit.
-                raise ValueError(
-                    f"algorithm: no workgroup was given, and kp's default is one group per "
-                    f"element of tensors[0]: {wg[0]} groups, more than this device's "
-                    f"maxComputeWorkGroupCount[0] ({maxc}). Pass a workgroup: with "
-                    f"local_size_x = 64 in the shader and a bounds check, "
-                    f"({-(-wg[0] // 64)}, 1, 1); or a 2D grid such as ({maxc}, "
-                    f"{-(-wg[0] // maxc)}, 1) with the index computed from "
-                    "gl_GlobalInvocationID.x and .y")
+            # Beyond the device's maxComputeWorkGroupCount[0], which kp dispatched anyway
+            # (outside what the device promises), the native API dispatches it in parts.
         else:
             wg = (wg[0], wg[1] if wg[1] > 0 else 1, wg[2] if wg[2] > 0 else 1)
         if not isinstance(spirv, (bytes, bytearray, memoryview)):

@@ -178,14 +178,16 @@ class OpAlgoDispatch(Op):
         bound = algorithm.bound
         self._objs = (algorithm, *bound)
         if push_consts is None and workgroup is None:   # the common case, kept cheap
-            self.push = algorithm.push_bytes
-            self.workgroup = algorithm.workgroup
+            self.push, self.workgroup, self.parts = algorithm.dispatch_defaults
             return
         what = f"OpAlgoDispatch({algorithm!r})"
         self.push = algorithm.encode_push(push_consts, what)
         self.workgroup = (algorithm.workgroup if workgroup is None else
                           algorithm.check_workgroup(workgroup, bound, what,
                                                     algorithm.max_workgroup_count))
+        # Beyond the device's maxComputeWorkGroupCount: several dispatches, each pushing
+        # its base (scopedgpu/_spirv_split.py), recorded as this one op.
+        self.parts = algorithm.split_parts(self.push, self.workgroup, what)
 
     def objects(self):
         return self._objs
@@ -198,7 +200,14 @@ class OpAlgoDispatch(Op):
         rec.use([(t.gpu_range, STAGE_COMPUTE, True) for t in algo.bound])
         # a live algorithm: eval checked objects() first
         program, dset = algo.dispatch_handles()
-        rec.dispatch(program, dset, self.push, self.workgroup)
+        if self.parts is None:
+            rec.dispatch(program, dset, self.push, self.workgroup)
+            return
+        # The parts are one dispatch's invocations: no barrier between them, and the
+        # barriers before and after as for one dispatch (the use() above).
+        program = algo.split_handle()
+        for push, counts in self.parts:
+            rec.dispatch(program, dset, push, counts)
 
 
 def elementwise_groups(n: int, limit: int = 65535) -> tuple[int, int, int]:

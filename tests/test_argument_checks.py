@@ -205,15 +205,16 @@ def test_bad_workgroup_types(mgr, glsl, wg, match):
 
 def test_default_workgroup_too_large_says_what_to_do(mgr, glsl):
     """A tensor with more elements than maxComputeWorkGroupCount[0] x local_size_x and no
-    workgroup given: the message names the tensor's size, the limit and both ways out (a
-    larger local size, an explicit 2D grid); the 2D grid then covers it."""
+    workgroup given, for a shader that reads gl_NumWorkGroups (others run in parts:
+    tests/test_big_dispatch.py): the message names the tensor's size, the limit and both
+    ways out (a larger local size, an explicit 2D grid); the 2D grid then covers it."""
     maxc = mgr.device.max_workgroup_count[0]
     n = maxc + 100   # local_size_x = 1
     if 4 * n > min(64 << 20, mgr.device.max_storage_buffer_range):
         pytest.skip(f"maxComputeWorkGroupCount[0] = {maxc}: a tensor beyond it would take "
                     f"{4 * n} bytes")
     t = mgr.tensor(np.zeros(n, np.float32))
-    spirv = glsl(ONE_PER_GROUP)
+    spirv = glsl(ONE_PER_GROUP.replace("1.0", "float(gl_NumWorkGroups.x)"))
     with pytest.raises(ValueError, match=(
             rf"no workgroup was given.*{n} elements, {4 * n} bytes.*needs {n} groups.*"
             rf"maxComputeWorkGroupCount\[0\] \({maxc}\).*local_size_x of at least 2 .*"
