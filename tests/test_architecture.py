@@ -210,6 +210,30 @@ def settings_door_violations(pkg: Path) -> list[str]:
     return sorted(found)
 
 
+# The shim's functions that make and free a command buffer and its fence: called by
+# _submission.py only (every command buffer is a Submission, with one release path).
+SUBMISSION_LIFECYCLE = {"seq_create", "seq_destroy"}
+
+
+def submission_door_violations(pkg: Path) -> list[str]:
+    """Uses of sg_seq_create / sg_seq_destroy (through _vk, by attribute or by name)
+    outside _submission.py and _vk.py."""
+    found = []
+    for mod, tree in _modules(pkg).items():
+        if mod in ("_submission", "_vk"):
+            continue
+        for node in ast.walk(tree):
+            name = None
+            if isinstance(node, ast.Attribute) and node.attr in SUBMISSION_LIFECYCLE:
+                name = node.attr
+            elif isinstance(node, ast.ImportFrom):
+                name = next((a.name for a in node.names if a.name in SUBMISSION_LIFECYCLE),
+                            None)
+            if name is not None:
+                found.append(f"{mod}.py:{node.lineno}: {name}")
+    return sorted(found)
+
+
 def bench_importers(pkg: Path) -> list[str]:
     """Imports of the benchmark suite (scopedgpu.bench) by the library's modules: allowed
     only in __main__, and there only inside a function (the `bench` sub-command), so that
@@ -280,6 +304,25 @@ def test_a_planted_read_of_a_scopedgpu_variable_is_found(tmp_path):
         "kp.py:2: SCOPEDGPU_DEVICE", "kp.py:3: SCOPEDGPU_QUEUES",
         "stream.py:3: SCOPEDGPU_STREAM_TRACE", "stream.py:5: SCOPEDGPU_DEVICE",
         "stream.py:5: SCOPEDGPU_X"]
+
+
+def test_only_submission_makes_and_frees_command_buffers():
+    assert submission_door_violations(PKG) == []
+    assert "_submission" in _modules(PKG)
+
+
+def test_a_planted_command_buffer_outside_submission_is_found(tmp_path):
+    pkg = _write(tmp_path / "scopedgpu", {
+        "__init__.py": "",
+        "_submission.py": "from scopedgpu import _vk\ndef make(c):\n    _vk.seq_create(c)\n",
+        "stream.py": "from scopedgpu import _vk\n"
+                     "def setup(h):\n"
+                     "    _vk.check(_vk.seq_create(h), 'x')\n"
+                     "    _vk.seq_submit(h)\n",
+        "_transfer.py": "from scopedgpu._vk import seq_destroy as free\n",
+    })
+    assert submission_door_violations(pkg) == ["_transfer.py:1: seq_destroy",
+                                               "stream.py:3: seq_create"]
 
 
 def test_no_module_reaches_into_another_modules_private_attributes():
