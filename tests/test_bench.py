@@ -431,3 +431,17 @@ def test_profile_serve_prints_the_rate_and_the_profile(capsys):
     assert "2 in flight:" in out and "8 in flight:" in out and "requests/s" in out
     assert out.count("Ordered by: internal time") == 2
     assert _Waiter._step is step   # put back
+
+
+def test_serve_parts_times_every_piece(tmp_path, capsys):
+    """scopedgpu.bench.serve_parts: each piece of a served request timed (a positive
+    figure, printed and in the JSON); a request's result is checked inside."""
+    from scopedgpu.bench import serve_parts
+    path = tmp_path / "parts.json"
+    assert serve_parts.main(["--seconds", "0.01", "--runs", "1", "--json", str(path)]) == 0
+    figures = json.loads(path.read_text())
+    out = capsys.readouterr().out
+    assert len(figures) == 10
+    for name, us in figures.items():
+        assert us > 0, name
+        assert name in out
