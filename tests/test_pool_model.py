@@ -70,21 +70,25 @@ class FakeAllocator:
         self.refused_last = False
         return self.used() + size <= self.capacity
 
-    def create(self, size: int, mem_type: int, mapped: bool, what: str) -> tuple[Any, int] | None:
-        assert size > 0 and what
-        if not self._admit(size):
-            return None
-        h = next(self._ids)
-        self.live[h] = (size, mem_type, mapped, False)
-        return h, (h << 32) if mapped else 0
+    def slot(self) -> list[Any]:
+        return [None]
 
-    def import_host(self, address: int, size: int, mem_type: int) -> Any | None:
-        assert address and size > 0 and self.import_bits >> mem_type & 1
+    def create(self, slot: list[Any], size: int, mem_type: int, mapped: bool,
+               what: str) -> int | None:
+        assert size > 0 and what and not slot[0]
         if not self._admit(size):
             return None
-        h = next(self._ids)
+        h = slot[0] = next(self._ids)
+        self.live[h] = (size, mem_type, mapped, False)
+        return (h << 32) if mapped else 0
+
+    def import_host(self, slot: list[Any], address: int, size: int, mem_type: int) -> bool:
+        assert address and size > 0 and self.import_bits >> mem_type & 1 and not slot[0]
+        if not self._admit(size):
+            return False
+        h = slot[0] = next(self._ids)
         self.live[h] = (size, mem_type, True, True)
-        return h
+        return True
 
     def import_types(self, address: int) -> int:
         return self.import_bits
