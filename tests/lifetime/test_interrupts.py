@@ -508,9 +508,9 @@ def test_pool_slow_paths(path, monkeypatch):
     separate ranges. "empty_cache": blocks cached and ranges binned, then empty_cache().
     "flush+trim": no cache (each emptied block goes back at once), 1 MiB blocks (under a
     memory limit of 8 MiB), a freed range filling one on its bin, then a request of another
-    size (the bins merged, the emptied block destroyed, a new one made). "out_of_memory": under a memory limit, a request that
-    fits only once the cached blocks of another size class went back (on_oom, then
-    empty_cache(), then a new block)."""
+    size (the bins merged, the emptied block destroyed, a new one made). "out_of_memory":
+    under a memory limit, a request that fits only once the cached blocks of another size
+    class went back (on_oom, then empty_cache(), then a new block)."""
     limit = {"out_of_memory": 16 << 20, "flush+trim": 8 << 20}.get(path)
     m = sg.Manager(debug=DEBUG or None, memory_limit=limit)
     try:
