@@ -12,9 +12,11 @@ completes without reaching line k; a failure names the line where it fired. Ever
 is swept (a few seconds in all: the collector skips the objects frozen before each
 sweep), but for the line events where a tracer's exception behaves as no real Ctrl-C
 does (see untraced.py: a `with` block's exit, an inlined comprehension's loop head).
-The SPIR-V reader is swept too (an interrupted reflection leaves nothing behind); lines
-inside the memory pool's own bookkeeping are not interrupted yet (see INJECTED), and no
-line inside a step (scopedgpu._ki.step), which is one indivisible step."""
+The SPIR-V reader (an interrupted reflection leaves nothing behind) and the memory pool
+are swept too (test_pool_slow_paths adds the pool's paths the others do not reach inside
+their action; tests/test_pool_model.py sweeps every line of the pool on a fake device and
+checks its whole bookkeeping); no line inside a step (scopedgpu._ki.step), which is one
+indivisible step."""
 from __future__ import annotations
 
 import contextlib
