@@ -546,10 +546,16 @@ class Pool:
     def _alloc_new(self, sub: SubPool, size: int, nbytes: int) -> Allocation:
         """A range not on a bin: found (a new block made if need be), then carved and
         counted in one step, whose result goes up to the caller's holder."""
-        sub, i = self._find(sub, size)
-        fsize, bid, off = sub.free[i]
+        free = sub.free
+        i = bisect.bisect_left(free, (size, -1, -1))   # sub.fit(), inline (semi-hot)
+        if i == len(free):
+            sub, i = self._find(sub, size)
+            free = sub.free
+        fsize, bid, off = free[i]
         a = Allocation(sub.blocks[bid], off, size, nbytes)
-        j = bisect.bisect_left(sub.free, (fsize - size, bid, off + size), 0, i)
+        j = i
+        if i and free[i - 1] > (fsize - size, bid, off + size):   # (most often it stays)
+            j = bisect.bisect_left(free, (fsize - size, bid, off + size), 0, i)
         return self._carve(sub, i, j, a)
 
     @_ki.step
