@@ -38,6 +38,16 @@ Policy, after CuPy's and PyTorch's caching allocators:
 - Every call into the device (a block created and mapped, host memory imported, a block
   destroyed) goes through one allocator object (VkAllocator over _vk by default), so the
   pool also runs with a fake one and no device (tests/test_pool_model.py).
+- Ctrl-C (scopedgpu/_ki.py) may land at any line outside a step and leaves the pool
+  whole: every change to its records is one @_ki.step with no call (plan in locals, with
+  bisect and the rest, then commit: _carve, _put_back, _add_block, _add_import,
+  _drop_block). A block is made into an out-parameter the pool holds first (`making`), so
+  one made and not yet recorded is destroyed by the next block made, empty_cache() or
+  destroy(); a new block is recorded as an empty cached block before a range is carved
+  from it. A freed range goes onto a list (its bin, or `freed`) in the step that takes it
+  from its holder, and is merged from there one step at a time; empty_cache(), _trim() and
+  destroy() give back one block per step. Whatever an interrupt cut short is finished by
+  the next call that does the same work.
 """
 from __future__ import annotations
 
@@ -116,17 +126,23 @@ def aligned_empty(shape: tuple[int, ...], dtype: np.dtype, align: int) -> np.nda
 
 
 class Allocator(Protocol):
-    """What the pool asks of the device: memory blocks made, imported and destroyed."""
+    """What the pool asks of the device: memory blocks made, imported and destroyed.
+    A block's handle comes back in a slot (slot[0]: falsy until a call fills it) that
+    the pool holds before the call, so that a Ctrl-C right after the call returned still
+    finds what it made."""
 
-    def create(self, size: int, mem_type: int, mapped: bool, what: str) -> tuple[Any, int] | None:
-        """A block of `size` bytes of `mem_type`, mapped when `mapped`: (its handle, the
-        address it is mapped at or 0); None when that memory type cannot hold it (the
-        driver refuses the type, or has no memory for it). Other failures raise, their
-        message starting with `what`."""
+    def slot(self) -> Any:
+        """A new empty out-parameter for one handle (slot[0] is falsy)."""
 
-    def import_host(self, address: int, size: int, mem_type: int) -> Any | None:
-        """A block over the host memory [address, address + size) as `mem_type`: its
-        handle, or None when the driver refuses."""
+    def create(self, slot: Any, size: int, mem_type: int, mapped: bool, what: str) -> int | None:
+        """Makes a block of `size` bytes of `mem_type`, mapped when `mapped`, into slot[0];
+        returns the address it is mapped at, or 0. None (slot untouched) when that memory
+        type cannot hold it (the driver refuses the type, or has no memory for it). Other
+        failures raise, their message starting with `what`, and leave slot untouched."""
+
+    def import_host(self, slot: Any, address: int, size: int, mem_type: int) -> bool:
+        """Imports the host memory [address, address + size) as a block of `mem_type`
+        into slot[0]; False (slot untouched) when the driver refuses."""
 
     def import_types(self, address: int) -> int:
         """The memory types that can import host memory at `address`, as a bit mask."""
@@ -148,22 +164,21 @@ class VkAllocator:
         # The shim's function itself, no Python frame: the pool's steps end with it.
         self.destroy: Callable[[Any], None] = _vk.block_destroy
 
-    def create(self, size: int, mem_type: int, mapped: bool, what: str) -> tuple[Any, int] | None:
-        out = _vk.out("block")
-        rc = _vk.block_create(self.device, size, mem_type, 1 if mapped else 0, out)
+    def slot(self) -> Any:
+        return _vk.out("block")
+
+    def create(self, slot: Any, size: int, mem_type: int, mapped: bool, what: str) -> int | None:
+        rc = _vk.block_create(self.device, size, mem_type, 1 if mapped else 0, slot)
         if rc == _vk.ERR_MEMORY_TYPE:
             return None
         try:
             _vk.check(rc, what)
         except OutOfMemoryError:
             return None
-        return out[0], _vk.block_address(out[0]) if mapped else 0
+        return _vk.block_address(slot[0]) if mapped else 0
 
-    def import_host(self, address: int, size: int, mem_type: int) -> Any | None:
-        out = _vk.out("block")
-        if _vk.block_import(self.device, address, size, mem_type, out) != 0:
-            return None
-        return _vk.take(out)
+    def import_host(self, slot: Any, address: int, size: int, mem_type: int) -> bool:
+        return _vk.block_import(self.device, address, size, mem_type, slot) == 0
 
     def import_types(self, address: int) -> int:
         return _vk.host_pointer_types(self.device, address)
@@ -222,113 +237,48 @@ class SubPool:
         self.bins: dict[int, list[Allocation]] | None = {} if cls == SMALL else None
         self.binned = 0
 
-    def take(self, size: int) -> Allocation | None:
-        """Best fit from the free list, merging the bins first if nothing fits."""
-        a = self._take(size)
-        if a is None and self.binned:
-            self.flush_bins()
-            a = self._take(size)
-        return a
-
-    def _take(self, size: int) -> Allocation | None:
+    def fit(self, size: int) -> int:
+        """The index in `free` of the best fit for `size` bytes (the smallest free range
+        that holds them), -1 when none does. Changes nothing."""
         i = bisect.bisect_left(self.free, (size, -1, -1))
-        if i == len(self.free):
-            return None
-        return self._carve(i, size)
+        return i if i < len(self.free) else -1
 
-    def take_where(self, size: int, ok: Callable[[Block], bool]) -> Allocation | None:
-        """Best fit among the free ranges of blocks that `ok` accepts (slow: a scan)."""
-        if self.binned:
-            self.flush_bins()
+    def fit_where(self, size: int, ok: Callable[[Block], bool]) -> int:
+        """The best fit among the free ranges of blocks that `ok` accepts (slow: a scan),
+        -1 when none. Changes nothing (bins not merged)."""
         free = self.free
         for i in range(bisect.bisect_left(free, (size, -1, -1)), len(free)):
             if ok(self.blocks[free[i][1]]):
-                return self._carve(i, size)
-        return None
+                return i
+        return -1
 
-    def _carve(self, i: int, size: int) -> Allocation:
-        """Allocates `size` bytes at the start of free range i; the rest stays free."""
-        fsize, bid, off = self.free.pop(i)
-        blk = self.blocks[bid]
-        del blk.free_start[off]
-        del blk.free_end[off + fsize]
-        if fsize > size:
-            self._add_free(blk, off + size, fsize - size)
-        if not blk.nallocs:
-            self.pool._refilled(blk)
-        blk.nallocs += 1
-        return Allocation(blk, off, size, size)
-
-    def _add_free(self, blk: Block, off: int, size: int) -> None:
-        blk.free_start[off] = size
-        blk.free_end[off + size] = off
-        bisect.insort(self.free, (size, blk.id, off))
-
-    def _remove_free(self, blk: Block, off: int, size: int) -> None:
-        del blk.free_start[off]
-        del blk.free_end[off + size]
-        i = bisect.bisect_left(self.free, (size, blk.id, off))
-        del self.free[i]
-
-    def release(self, a: Allocation) -> None:
+    def merge_plan(self, a: Allocation) -> tuple[Allocation, int, int, int, int, int]:
+        """How range `a` (freed) merges with its free neighbours, for Pool._put_back:
+        (a, the merged range's offset, the size of the free range after a (0: none), the
+        indices in `free` of the neighbours' entries, lower then higher, -1 for none, and
+        where the merged entry goes once they are gone). Changes nothing."""
         blk = a.block
-        size = a.size
-        bins = self.bins
-        if bins is not None:   # binned: its block still counts it (Block.nallocs)
-            b = bins.get(size)
-            if b is None:
-                bins[size] = b = []
-            b.append(a)
-            self.binned += 1
-            return
-        blk.nallocs -= 1
-        self._merge(blk, a.offset, size)
-        if not blk.nallocs:
-            self.pool._emptied(blk)
+        off = a.offset
+        end = off + a.size
+        free = self.free
+        poff = off
+        lo = hi = -1
+        if off in blk.free_end:
+            poff = blk.free_end[off]
+            lo = bisect.bisect_left(free, (blk.free_start[poff], blk.id, poff))
+        nsize = 0
+        if end in blk.free_start:
+            nsize = blk.free_start[end]
+            hi = bisect.bisect_left(free, (nsize, blk.id, end))
+        if lo > hi:
+            lo, hi = hi, lo
+        # Both neighbours are smaller than the merged range, so they sort before it.
+        k = bisect.bisect_left(free, (end + nsize - poff, blk.id, poff)) - (lo >= 0) - (hi >= 0)
+        return a, poff, nsize, lo, hi, k
 
     def flush_bins(self) -> None:
-        """Merges the binned ranges into the free list."""
-        if not self.binned:
-            return
-        bins = self.bins
-        assert bins is not None
-        pool = self.pool
-        for size, b in bins.items():
-            for a in b:
-                blk = a.block
-                blk.nallocs -= 1
-                self._merge(blk, a.offset, size)
-                if not blk.nallocs:
-                    pool._emptied(blk)
-        bins.clear()
-        self.binned = 0
-
-    def _merge(self, blk: Block, off: int, size: int) -> None:
-        prev_off = blk.free_end.get(off)
-        if prev_off is not None:
-            prev_size = blk.free_start[prev_off]
-            self._remove_free(blk, prev_off, prev_size)
-            off, size = prev_off, size + prev_size
-        nxt = blk.free_start.get(off + size)
-        if nxt is not None:
-            self._remove_free(blk, off + size, nxt)
-            size += nxt
-        self._add_free(blk, off, size)
-
-    def take_new(self, blk: Block, size: int) -> Allocation:
-        """Adds a fresh block and allocates `size` bytes at its start."""
-        self.blocks[blk.id] = blk
-        del blk.free_start[0]
-        del blk.free_end[blk.size]
-        if blk.size > size:
-            self._add_free(blk, size, blk.size - size)
-        blk.nallocs += 1
-        return Allocation(blk, 0, size, size)
-
-    def remove_block(self, blk: Block) -> None:
-        """Forgets an empty block (its one free range included)."""
-        self._remove_free(blk, 0, blk.size)
-        del self.blocks[blk.id]
+        """Merges the binned ranges into the free list (Pool.flush)."""
+        self.pool.flush(self)
 
 
 class Pool:
@@ -340,7 +290,8 @@ class Pool:
                  "_types", "align", "allocated", "block_cap", "cache_bound", "empty",
                  "empty_bytes", "heap_reserved", "heap_size", "import_align", "imported",
                  "imports", "info", "max_imports", "max_request", "memory_limit", "nallocs",
-                 "peak_allocated", "reserved", "size_ok", "host_blocks_imported", "allocator")
+                 "peak_allocated", "reserved", "size_ok", "host_blocks_imported", "allocator",
+                 "making", "freed")
 
     def __init__(self, device_handle, info: DeviceInfo, memory_limit: int | None,
                  on_oom: Callable[[], None] | None = None, *,
@@ -417,6 +368,12 @@ class Pool:
         # Host blocks from imported numpy memory where the device can import (see
         # _import_block); SCOPEDGPU_HOST_BLOCKS=driver keeps driver-allocated ones.
         self.host_blocks_imported = _settings.get("SCOPEDGPU_HOST_BLOCKS") == "import"
+        # A block being made: (the out-parameter its handle comes back in, the memory it
+        # imports), held from before the call that makes it until it is recorded
+        # (_making(), _add_block(), _drop_making()).
+        self.making: tuple[Any, Any] | None = None
+        # Freed ranges of the sub-pools without bins, not merged yet (_merge_freed()).
+        self.freed: list[Allocation] = []
 
     def _heap_of(self, mem_type: int) -> tuple[int, int]:
         """(heap index, heap size) of a memory type."""
@@ -482,11 +439,18 @@ class Pool:
         """Imports the host memory [address, address + size) (both aligned to
         import_align) as a block of the first of `types` the driver accepts: (the block
         handle, its memory type), or None. Registers nothing: the caller owns the handle
-        (sg_block_destroy) and keeps the memory alive until then. Thread-safe."""
+        (sg_block_destroy) and keeps the memory alive until then. Thread-safe (its callers
+        in the main thread run inside _ki.protected())."""
+        slot = self.allocator.slot()
+        mem_type = self._import_into(slot, address, size, types)
+        return None if mem_type is None else (slot[0], mem_type)
+
+    def _import_into(self, slot: Any, address: int, size: int, types: list[int]) -> int | None:
+        """Imports [address, address + size) into slot[0] as the first of `types` the driver
+        accepts: that memory type, or None (slot untouched)."""
         for mem_type in types:
-            handle = self.allocator.import_host(address, size, mem_type)
-            if handle is not None:
-                return handle, mem_type
+            if self.allocator.import_host(slot, address, size, mem_type):
+                return mem_type
         return None
 
     def import_host(self, address: int, nbytes: int) -> Allocation | None:
@@ -497,22 +461,45 @@ class Pool:
         if not align or address % align:
             return None
         size = round_up(nbytes, align)
-        got = self.import_range(address, size, self.importable_types(address))
-        if got is None:
-            return None
-        blk = Block(next(self._ids), got[0], address, size, got[1], None)  # type: ignore[arg-type]
+        types = self.importable_types(address)
+        blk = Block(next(self._ids), _vk.NULL, address, size, -1, None)  # type: ignore[arg-type]
         blk.nallocs = 1
-        self.imports[blk.id] = blk
-        self.imported += size
-        return Allocation(blk, 0, size, nbytes)
+        a = Allocation(blk, 0, size, nbytes)
+        slot = self._making(None)
+        try:
+            mem_type = self._import_into(slot, address, size, types)
+            if mem_type is None:
+                return None
+            blk.mem_type = mem_type
+            return self._add_import(a)
+        except BaseException:
+            # Not left for the next block made: the memory imported is the caller's, alive
+            # only until the exception has gone past it.
+            self._drop_making()
+            raise
 
+    @_ki.step
+    def _add_import(self, a: Allocation) -> Allocation:
+        """Records the import made into the pool's slot (self.making) as a's block, in one
+        step with no call; returns `a` to the caller's holder."""
+        blk = a.block
+        blk.handle = self.making[0][0]  # type: ignore[index]
+        self.imports[blk.id] = blk
+        self.imported += blk.size
+        self.making = None
+        return a
+
+    @_ki.step
     def unimport(self, a: Allocation) -> None:
-        """Gives back an import the caller took out of its holder."""
-        blk = self.imports.pop(a.block.id, None)
-        if blk is not None:
-            self.allocator.destroy(blk.handle)
-            blk.handle = _vk.NULL
-            self.imported -= blk.size
+        """Gives back an import the caller took out of its holder (in one step, whose last
+        call destroys it)."""
+        blk = a.block
+        if blk.id not in self.imports:
+            return None
+        del self.imports[blk.id]
+        self.imported -= blk.size
+        h, blk.handle = blk.handle, _vk.NULL
+        return self.allocator.destroy(h)
 
     @_ki.step
     def unimport_held(self, holder: Any) -> None:
@@ -557,48 +544,92 @@ class Pool:
         return self._alloc_new(sub, size, nbytes)
 
     def _alloc_new(self, sub: SubPool, size: int, nbytes: int) -> Allocation:
-        a = self._alloc_slow(sub, size)
-        a.nbytes = nbytes
-        self.allocated += a.size
+        """A range not on a bin: found (a new block made if need be), then carved and
+        counted in one step, whose result goes up to the caller's holder."""
+        free = sub.free
+        i = bisect.bisect_left(free, (size, -1, -1))   # sub.fit(), inline (semi-hot)
+        if i == len(free):
+            sub, i = self._find(sub, size)
+            free = sub.free
+        fsize, bid, off = free[i]
+        a = Allocation(sub.blocks[bid], off, size, nbytes)
+        j = i
+        if i and free[i - 1] > (fsize - size, bid, off + size):   # (most often it stays)
+            j = bisect.bisect_left(free, (fsize - size, bid, off + size), 0, i)
+        return self._carve(sub, i, j, a)
+
+    @_ki.step
+    def _carve(self, sub: SubPool, i: int, j: int, a: Allocation) -> Allocation:
+        """Takes free range i of `sub` for `a` (made for its start); the rest of it stays
+        free, its entry at index j (where it sorts once entry i is gone: j <= i, as it is
+        smaller). Counts `a` allocated; the block, if it was empty, leaves the cache. One
+        step with no call: the commit of an allocation."""
+        free = sub.free
+        fsize = free[i][0]
+        blk = a.block
+        off = a.offset
+        size = a.size
+        del free[i]
+        del blk.free_start[off]
+        del blk.free_end[off + fsize]
+        if fsize > size:
+            blk.free_start[off + size] = fsize - size
+            blk.free_end[off + fsize] = off + size
+            free[j:j] = [(fsize - size, blk.id, off + size)]
+        if not blk.nallocs:
+            del self.empty[blk.id]
+            self.empty_bytes -= blk.size
+        blk.nallocs += 1
+        self.allocated += size
         self.nallocs += 1
         if self.allocated > self.peak_allocated:
             self.peak_allocated = self.allocated
         return a
 
-    def _alloc_slow(self, sub: SubPool, size: int) -> Allocation:
-        """A free range that fits, else a new block; under pressure, frees every cache and
-        retries, then takes a range of another size class; else OutOfMemoryError."""
-        a = sub.take(size)
-        if a is not None:
-            return a
+    def _find(self, sub: SubPool, size: int) -> tuple[SubPool, int]:
+        """Where `size` bytes for `sub` come from: (a sub-pool, the index of a free range of
+        it that fits). A free range that fits, else a new block (recorded empty: the range
+        is carved by the caller); under pressure, frees every cache and retries, then takes
+        a range of another size class; else OutOfMemoryError. What it changes on the way
+        (bins merged, blocks made or given back) is whole at every line."""
+        i = sub.fit(size)
+        if i < 0 and sub.binned:
+            self.flush(sub)
+            i = sub.fit(size)
+        if i >= 0:
+            return sub, i
         self._check_size(size, sub.kind, f"a {sub.kind} range of {size} bytes")
-        blk = self._new_block(sub, size)
-        if blk is None:
+        i = self._new_block(sub, size)
+        if i < 0:
             # Let the manager retire finished work (what it frees may fit), then give back
             # every empty block of every kind and size class, bins merged first, and retry.
             if self._on_oom:
                 self._on_oom()
             self.empty_cache()
-            a = sub.take(size)
-            if a is not None:
-                return a
-            blk = self._new_block(sub, size)
-        if blk is None:
-            # Free space of another size class of this kind (in blocks still in use), then
-            # of the other kind, in blocks whose memory serves this kind too (one memory
-            # type for both, as on CPU and integrated devices).
-            for other in self._by_kind[sub.kind]:
-                if other is not sub:
-                    a = other.take(size)
-                    if a is not None:
-                        return a
-            serves = self._serves[sub.kind]
-            for other in self._by_kind["host" if sub.kind == "device" else "device"]:
-                a = other.take_where(size, serves)
-                if a is not None:
-                    return a
-            raise self._out_of_memory(sub, size)
-        return sub.take_new(blk, size)
+            i = sub.fit(size)
+            if i < 0:
+                i = self._new_block(sub, size)
+        if i >= 0:
+            return sub, i
+        # Free space of another size class of this kind (in blocks still in use), then of
+        # the other kind, in blocks whose memory serves this kind too (one memory type for
+        # both, as on CPU and integrated devices).
+        for other in self._by_kind[sub.kind]:
+            if other is not sub:
+                i = other.fit(size)
+                if i < 0 and other.binned:
+                    self.flush(other)
+                    i = other.fit(size)
+                if i >= 0:
+                    return other, i
+        serves = self._serves[sub.kind]
+        for other in self._by_kind["host" if sub.kind == "device" else "device"]:
+            if other.binned:
+                self.flush(other)
+            i = other.fit_where(size, serves)
+            if i >= 0:
+                return other, i
+        raise self._out_of_memory(sub, size)
 
     def _out_of_memory(self, sub: SubPool, size: int) -> OutOfMemoryError:
         held = (f"{self.reserved} bytes reserved by {self.nallocs} allocations, "
@@ -643,11 +674,13 @@ class Pool:
         return a, b
 
     def _alloc_pair_slow(self, nbytes: int) -> tuple[Allocation, Allocation]:
-        a = self.alloc(nbytes, "device")
+        a = None
         try:
+            a = self.alloc(nbytes, "device")
             return a, self.alloc(nbytes, "host")
         except BaseException:
-            self.free(a)
+            if a is not None:
+                self.free(a)
             raise
 
     def free_pair(self, a: Allocation, b: Allocation) -> None:
@@ -660,18 +693,22 @@ class Pool:
     def free_held(self, holder: Any, stage: bool) -> None:
         """Frees the range in holder.stage (stage) or holder.gpu, and clears it, in one
         step (a Ctrl-C falls before it, and the release that runs again frees it, or
-        after it): the small sizes onto their bin, with no call (`+=`, not append()); the
-        others through free() as its last call."""
+        after it): the small sizes onto their bin, the others onto `freed`, with no call
+        (`+=`, not append()); those are merged by its last call, _merge_freed()."""
         a = holder.stage if stage else holder.gpu
         size = a.size
         sub = a.block.sub
         bins = sub.bins
         if bins is None:
+            freed = self.freed
+            freed += (a,)
+            self.allocated -= size
+            self.nallocs -= 1
             if stage:
                 holder.stage = None
             else:
                 holder.gpu = None
-            return self.free(a)   # (cut at its entry: the range stays allocated)
+            return self._merge_freed()
         if size in bins:
             b = bins[size]
             b += (a,)
@@ -686,22 +723,85 @@ class Pool:
             holder.gpu = None
         return None
 
+    @_ki.step
     def free(self, a: Allocation) -> None:
-        self.allocated -= a.size
+        """Frees a range its caller took out of its holder (free_held() takes and frees in
+        one step): as free_held(), onto its bin or onto `freed`, merged by the last call."""
+        size = a.size
+        sub = a.block.sub
+        bins = sub.bins
+        self.allocated -= size
         self.nallocs -= 1
-        a.block.sub.release(a)
+        if bins is None:
+            freed = self.freed
+            freed += (a,)
+            return self._merge_freed()
+        if size in bins:
+            b = bins[size]
+            b += (a,)
+        else:
+            bins[size] = [a]
+        sub.binned += 1
+        return None
 
-    # -- empty blocks ---------------------------------------------------------------------
-    def _emptied(self, blk: Block) -> None:
-        self.empty[blk.id] = blk
-        self.empty_bytes += blk.size
+    # -- merging freed ranges -------------------------------------------------------------
+    def _merge_freed(self) -> None:
+        """Merges the ranges on `freed` into their sub-pools' free lists, one step each
+        (what an interrupt left there is merged by the next call), then trims the cache."""
+        freed = self.freed
+        while freed:
+            a = freed[-1]
+            self._put_back(freed, 0, a.block.sub.merge_plan(a))
         if self.empty_bytes > self.cache_bound:
             self._trim()
 
-    def _refilled(self, blk: Block) -> None:
-        del self.empty[blk.id]
-        self.empty_bytes -= blk.size
+    def flush(self, sub: SubPool) -> None:
+        """Merges the binned ranges of `sub` into its free list, one step each (cut short,
+        the next flush merges the rest), then trims the cache."""
+        bins = sub.bins
+        if not sub.binned or bins is None:
+            return
+        for size in list(bins):
+            b = bins[size]
+            while b:
+                self._put_back(b, 1, sub.merge_plan(b[-1]))
+        bins.clear()
+        if self.empty_bytes > self.cache_bound:
+            self._trim()
 
+    @_ki.step
+    def _put_back(self, held: list[Allocation], binned: int,
+                  plan: tuple[Allocation, int, int, int, int, int]) -> None:
+        """Takes range a = held[-1] out of `held` (`freed`, or its bin: binned=1) and merges
+        it with its free neighbours as SubPool.merge_plan() planned; its block counts one
+        range fewer, and is cached when it empties. One step with no call."""
+        a, poff, nsize, lo, hi, k = plan
+        blk = a.block
+        sub = blk.sub
+        free = sub.free
+        off = a.offset
+        end = off + a.size
+        del held[-1]
+        sub.binned -= binned
+        if poff != off:     # merged with the free range before it
+            del blk.free_start[poff]
+            del blk.free_end[off]
+        if nsize:           # and with the one after it
+            del blk.free_start[end]
+            del blk.free_end[end + nsize]
+        if hi >= 0:
+            del free[hi]
+        if lo >= 0:
+            del free[lo]
+        blk.free_start[poff] = end + nsize - poff
+        blk.free_end[end + nsize] = poff
+        free[k:k] = [(end + nsize - poff, blk.id, poff)]
+        blk.nallocs -= 1
+        if not blk.nallocs:
+            self.empty[blk.id] = blk
+            self.empty_bytes += blk.size
+
+    # -- blocks ---------------------------------------------------------------------------
     def _trim(self) -> None:
         """Gives back the oldest empty blocks until the cache is within its bound."""
         while self.empty_bytes > self.cache_bound:
@@ -709,16 +809,69 @@ class Pool:
 
     def _destroy_block(self, blk: Block) -> None:
         """Gives an empty block back to the driver."""
-        self._refilled(blk)
-        blk.sub.remove_block(blk)
-        self.allocator.destroy(blk.handle)
-        blk.handle = _vk.NULL
+        return self._drop_block(blk, bisect.bisect_left(blk.sub.free, (blk.size, blk.id, 0)))
+
+    @_ki.step
+    def _drop_block(self, blk: Block, i: int) -> None:
+        """Takes empty block `blk` (its one free range at index i) out of every record and
+        destroys it, in one step whose one call is the allocator's destroy, last
+        (VkAllocator's is the shim's C function: nothing runs between)."""
+        sub = blk.sub
+        del sub.free[i]
+        del sub.blocks[blk.id]
+        del self.empty[blk.id]
+        self.empty_bytes -= blk.size
         self.reserved -= blk.size
         self.heap_reserved[blk.heap] -= blk.size
+        h = blk.handle
+        blk.handle = _vk.NULL
+        return self.allocator.destroy(h)
 
-    def _new_block(self, sub: SubPool, need: int) -> Block | None:
-        """A new block for a request of `need` bytes, within the heaps and the memory limit;
-        None when none can be had (tried: the class's block size, then `need` alone)."""
+    def _making(self, keep: Any) -> Any:
+        """A new out-parameter for a block about to be made, held by the pool first
+        (self.making, with `keep`: the host memory it imports, alive until it is
+        destroyed): a block made and not yet recorded (a Ctrl-C between) is destroyed by
+        the next _drop_making(), at the next block made, empty_cache() or destroy()."""
+        if self.making is not None:
+            self._drop_making()
+        slot = self.allocator.slot()
+        self.making = (slot, keep)
+        return slot
+
+    @_ki.step
+    def _drop_making(self) -> None:
+        """Destroys the block in the making slot, if a call filled it, and lets go of the
+        slot, in one step whose one call is the destroy (`making`, with the memory it keeps
+        alive, is a local until that returned)."""
+        making = self.making
+        self.making = None
+        if making is None:
+            return None
+        h = making[0][0]
+        if not h:
+            return None
+        return self.allocator.destroy(h)
+
+    @_ki.step
+    def _add_block(self, blk: Block, i: int) -> int:
+        """Records a new block, made into the making slot, as an empty cached block of its
+        sub-pool, its one free range at index i of the free list, and lets go of the slot:
+        one step with no call. Returns i (the caller carves its range from there)."""
+        sub = blk.sub
+        blk.handle = self.making[0][0]  # type: ignore[index]
+        sub.blocks[blk.id] = blk
+        sub.free[i:i] = [(blk.size, blk.id, 0)]
+        self.empty[blk.id] = blk
+        self.empty_bytes += blk.size
+        self.reserved += blk.size
+        self.heap_reserved[blk.heap] += blk.size
+        self.making = None
+        return i
+
+    def _new_block(self, sub: SubPool, need: int) -> int:
+        """A new block for a request of `need` bytes, within the heaps and the memory limit,
+        recorded empty: the index of its free range in sub.free, -1 when none can be had
+        (tried: the class's block size, then `need` alone)."""
         if sub.cls == HUGE:
             size = need
         else:
@@ -728,45 +881,48 @@ class Pool:
         for bs in (size, need) if size > need else (size,):
             if self.memory_limit is not None and self.reserved + bs > self.memory_limit:
                 continue
-            blk = self._create_block(sub, bs)
-            if blk is not None:
+            i = self._create_block(sub, bs)
+            if i >= 0:
+                blk = sub.blocks[sub.free[i][1]]
                 log.debug("pool: new %s block of %d bytes (%s class, for %d bytes; %s, memory "
                           "type %d); reserved now %d bytes%s", sub.kind, blk.size,
                           ("small", "large", "huge")[sub.cls], need,
                           "imported host memory" if blk.owner is not None else "driver memory",
                           blk.mem_type, self.reserved,
                           "" if self.memory_limit is None else f" of {self.memory_limit}")
-                return blk
-        return None
+                return i
+        return -1
 
-    def _import_block(self, sub: SubPool, size: int) -> Block | None:
-        """A host block over numpy memory imported into the device (None when the device
-        refuses): tensors' host data can then be the staging range itself, as a numpy
-        view that stays valid after the block, the tensor and the manager are gone."""
+    def _import_block(self, sub: SubPool, size: int) -> int:
+        """A host block over numpy memory imported into the device, recorded as
+        _create_block's are (-1 when the device refuses): tensors' host data can then be
+        the staging range itself, as a numpy view that stays valid after the block, the
+        tensor and the manager are gone."""
         align = self.import_align
         size = round_up(size, align)
         if self.memory_limit is not None and self.reserved + size > self.memory_limit:
-            return None   # rounded up past the limit: driver memory of the size asked instead
+            return -1   # rounded up past the limit: driver memory of the size asked instead
         owner = aligned_empty((size,), np.dtype(np.uint8), align)
         address = owner.ctypes.data
         fits = [t for t in self.importable_types(address, others=False)
                 if self.heap_reserved[self._heap_of(t)[0]] + size <= self._heap_of(t)[1]]
-        got = self.import_range(address, size, fits)
-        if got is None:
-            return None
-        handle, mem_type = got
-        heap = self._heap_of(mem_type)[0]
-        self.reserved += size
-        self.heap_reserved[heap] += size
-        blk = Block(next(self._ids), handle, address, size, mem_type, sub, heap)
+        blk = Block(next(self._ids), _vk.NULL, address, size, -1, sub)
         blk.owner = owner
-        return blk
+        slot = self._making(owner)
+        mem_type = self._import_into(slot, address, size, fits)
+        if mem_type is None:
+            return -1
+        blk.mem_type = mem_type
+        blk.heap = self._heap_of(mem_type)[0]
+        return self._add_block(blk, bisect.bisect_left(sub.free, (size, blk.id, 0)))
 
-    def _create_block(self, sub: SubPool, size: int) -> Block | None:
+    def _create_block(self, sub: SubPool, size: int) -> int:
+        """A new block of `size` bytes recorded empty in `sub`: the index of its free range,
+        -1 when no memory type can have it."""
         if sub.kind == "host" and self.import_align and self.host_blocks_imported:
-            blk = self._import_block(sub, size)
-            if blk is not None:
-                return blk
+            i = self._import_block(sub, size)
+            if i >= 0:
+                return i
         for mem_type in self._types[sub.kind]:
             heap, heap_size = self._heap_of(mem_type)
             if self.heap_reserved[heap] + size > heap_size:
@@ -774,24 +930,27 @@ class Pool:
             mapped = sub.kind == "host" or (
                 self._map_device and self.info.memory_type_flags[mem_type] &
                 (HOST_VISIBLE | HOST_COHERENT) == HOST_VISIBLE | HOST_COHERENT)
-            got = self.allocator.create(size, mem_type, bool(mapped),
+            blk = Block(next(self._ids), _vk.NULL, 0, size, mem_type, sub, heap)
+            slot = self._making(None)
+            ptr = self.allocator.create(slot, size, mem_type, bool(mapped),
                                         f"allocating a {sub.kind} memory block of {size} "
                                         f"bytes (memory type {mem_type})")
-            if got is None:
+            if ptr is None:
                 continue   # not this type, or no memory left for it: the next one
-            self.reserved += size
-            self.heap_reserved[heap] += size
-            return Block(next(self._ids), got[0], got[1], size, mem_type, sub, heap)
+            blk.ptr = ptr
+            return self._add_block(blk, bisect.bisect_left(sub.free, (size, blk.id, 0)))
         if not self._types[sub.kind]:
             raise DeviceError(f"no memory type of this device can hold a {sub.kind} buffer")
-        return None
+        return -1
 
     def empty_cache(self) -> int:
-        """Destroys blocks that hold no allocation (bins merged first); returns the bytes
-        given back."""
+        """Destroys blocks that hold no allocation (bins merged first), and a block an
+        interrupt left in the making; returns the bytes given back."""
         reserved = self.reserved
+        self._drop_making()
+        self._merge_freed()
         for sub in self._subs.values():
-            sub.flush_bins()
+            self.flush(sub)
         while self.empty:
             self._destroy_block(next(iter(self.empty.values())))
         return reserved - self.reserved
@@ -818,20 +977,22 @@ class Pool:
         return n, nbytes
 
     def destroy(self) -> None:
-        """Destroys every block, allocated or not. The device must be idle."""
+        """Destroys every block, allocated or not. The device must be idle. Each block
+        leaves its record in the step that destroys it: run again after an interrupt, it
+        destroys the rest."""
+        self._drop_making()
         for sub in self._subs.values():
-            for blk in sub.blocks.values():
-                self.allocator.destroy(blk.handle)
-                blk.handle = _vk.NULL
-            sub.blocks.clear()
+            blocks = sub.blocks
+            while blocks:
+                self._forget(blocks, next(iter(blocks)))
             sub.free.clear()
             if sub.bins is not None:
                 sub.bins.clear()
             sub.binned = 0
-        for blk in self.imports.values():
-            self.allocator.destroy(blk.handle)
-            blk.handle = _vk.NULL
-        self.imports.clear()
+        imports = self.imports
+        while imports:
+            self._forget(imports, next(iter(imports)))
+        self.freed.clear()
         self.empty.clear()
         self.empty_bytes = 0
         self.imported = 0
@@ -839,6 +1000,16 @@ class Pool:
         self.heap_reserved = [0] * len(self.heap_size)
         self.allocated = 0
         self.nallocs = 0
+
+    @_ki.step
+    def _forget(self, blocks: dict[int, Block], bid: int) -> None:
+        """Takes block `bid` out of `blocks` and destroys it, in one step whose one call is
+        the destroy (the block, and the memory it imports, alive until that returned)."""
+        blk = blocks[bid]
+        del blocks[bid]
+        h = blk.handle
+        blk.handle = _vk.NULL
+        return self.allocator.destroy(h)
 
     def stats(self) -> dict[str, int]:
         return {

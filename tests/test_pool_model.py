@@ -18,6 +18,10 @@ under memory limits, small heaps and refused blocks, and checks after every step
   first), and raises OutOfMemoryError only when the model says nothing fits;
 - after everything is freed and the cache emptied, the fake allocator holds no block.
 
+A KeyboardInterrupt at any line of the pool (test_an_interrupt_at_any_line_...) leaves all
+of that true of the ranges that reached their holders, once the pool's next call finished
+what was cut short.
+
 The machine runs 100 examples of up to 40 steps (about 2 s); a long run, 20,000 examples:
 SCOPEDGPU_POOL_EXAMPLES=20000 python -m pytest -q -s tests/test_pool_model.py
 """
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import sys
 from typing import Any
 
 import numpy as np
@@ -33,6 +38,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, precondition,
                                  rule, run_state_machine_as_test)
 
+from scopedgpu import _ki, _pool
 from scopedgpu._device import DeviceInfo
 from scopedgpu._errors import OutOfMemoryError
 from scopedgpu._pool import (DEVICE_LOCAL, HOST_CACHED, HOST_COHERENT, HOST_VISIBLE,
@@ -70,21 +76,25 @@ class FakeAllocator:
         self.refused_last = False
         return self.used() + size <= self.capacity
 
-    def create(self, size: int, mem_type: int, mapped: bool, what: str) -> tuple[Any, int] | None:
-        assert size > 0 and what
-        if not self._admit(size):
-            return None
-        h = next(self._ids)
-        self.live[h] = (size, mem_type, mapped, False)
-        return h, (h << 32) if mapped else 0
+    def slot(self) -> list[Any]:
+        return [None]
 
-    def import_host(self, address: int, size: int, mem_type: int) -> Any | None:
-        assert address and size > 0 and self.import_bits >> mem_type & 1
+    def create(self, slot: list[Any], size: int, mem_type: int, mapped: bool,
+               what: str) -> int | None:
+        assert size > 0 and what and not slot[0]
         if not self._admit(size):
             return None
-        h = next(self._ids)
+        h = slot[0] = next(self._ids)
+        self.live[h] = (size, mem_type, mapped, False)
+        return (h << 32) if mapped else 0
+
+    def import_host(self, slot: list[Any], address: int, size: int, mem_type: int) -> bool:
+        assert address and size > 0 and self.import_bits >> mem_type & 1 and not slot[0]
+        if not self._admit(size):
+            return False
+        h = slot[0] = next(self._ids)
         self.live[h] = (size, mem_type, True, True)
-        return h
+        return True
 
     def import_types(self, address: int) -> int:
         return self.import_bits
@@ -464,6 +474,8 @@ class PoolMachine(RuleBasedStateMachine):
         assert all(n <= cap for n, cap in zip(heaps, pool.heap_size)), (heaps, pool.heap_size)
         assert stats["cached_bytes"] <= stats["cache_limit_bytes"]
         check_free_lists(pool, [a for a, _, _ in self.everything()])
+        # nothing left half done: every freed range merged, no block in the making
+        assert not pool.freed and (pool.making is None or not pool.making[0][0])
 
     def teardown(self):
         if self.pool is None:
@@ -667,3 +679,129 @@ def test_binned_ranges_merge_before_the_pool_grows():
         pool.free(x)
     pool.empty_cache()
     assert not fake.live
+
+
+# -- Ctrl-C at any line ---------------------------------------------------------------------
+class Holder:
+    """What a tensor's handle is to the pool: the holder of its ranges."""
+    __slots__ = ("gpu", "stage")
+
+    def __init__(self) -> None:
+        self.gpu: Allocation | None = None
+        self.stage: Allocation | None = None
+
+
+class _Interrupt:
+    """Raises KeyboardInterrupt at the k-th line run in _pool.py outside its steps (no
+    signal cuts a step: tests/lifetime/test_interrupts.py's injector, over the pool alone)."""
+
+    def __init__(self, k: int):
+        self.k = k
+        self.count = 0
+        self.where = ""
+
+    def globaltrace(self, frame, event, arg):
+        code = frame.f_code
+        if event == "call" and code.co_filename == _pool.__file__ and code not in _ki.STEPS:
+            return self.localtrace
+        return None
+
+    def localtrace(self, frame, event, arg):
+        if event == "line" and not self.where:
+            self.count += 1
+            if self.count == self.k:
+                self.where = f"line {frame.f_lineno} ({frame.f_code.co_name})"
+                raise KeyboardInterrupt(self.where)
+        return self.localtrace
+
+
+def _through_the_slow_paths(pool: Pool, hs: list[Holder], address: int,
+                            reached: list[str]) -> None:
+    """Every slow path, each range handed to a holder as Tensor does: new blocks (driver
+    and imported host memory), carving, alloc_pair's fallback, a bin flush that empties a
+    block, a big range merged, the out-of-memory retry (on_oom, empty_cache(), a new
+    block), a host import and its release, the trim of an emptied block, destroy()."""
+    hs[0].gpu = pool.alloc(256 * 1024, "device")   # a whole 256 KiB block (2 MiB limit)
+    pool.free_held(hs[0], False)                    # onto its bin
+    hs[1].gpu, hs[1].stage = pool.alloc_pair(200 * 1024)   # fits once the bins merged
+    hs[2].gpu = pool.alloc(3 * MiB // 4, "device")  # a large block of its own size
+    hs[3].gpu = pool.alloc(100, "host")             # an imported host block
+    pool.free_held(hs[1], True)
+    pool.free_held(hs[2], False)                    # merged: its block empties, cached
+    hs[4].gpu = pool.alloc(MiB + MiB // 2, "device")   # past the limit until the cache goes
+    hs[5].stage = pool.import_host(address, 5 * MiB)
+    pool.unimport_held(hs[5])
+    pool.cache_bound = 0
+    pool.free_held(hs[4], False)                    # emptied, and trimmed at once
+    pool.empty_cache()
+    reached.append("destroy")
+    pool.destroy()                                  # with hs[1].gpu and hs[3].gpu live
+
+
+def check_records(pool: Pool, fake: FakeAllocator, held: list[Allocation]) -> None:
+    """The pool's records agree with each other, with the fake device and with the ranges
+    that reached a holder (`held`): nothing lost, nothing counted twice."""
+    ranges = [a for a in held if a.block.sub is not None]
+    check_free_lists(pool, ranges + pool.freed)
+    blocks = {b.id: b for s in pool._subs.values() for b in s.blocks.values()}
+    assert pool.empty == {i: b for i, b in blocks.items() if not b.nallocs}
+    assert pool.empty_bytes == sum(b.size for b in pool.empty.values())
+    assert pool.reserved == sum(b.size for b in blocks.values())
+    assert pool.allocated == sum(a.size for a in held if a.block.sub is not None), \
+        "a range lost (or counted twice)"
+    assert pool.nallocs == len(ranges)
+    assert pool.imported == sum(b.size for b in pool.imports.values())
+    assert {a.block.id for a in held if a.block.sub is None} == set(pool.imports)
+    making = [pool.making[0][0]] if pool.making is not None and pool.making[0][0] else []
+    handles = [b.handle for b in blocks.values()] + \
+        [b.handle for b in pool.imports.values()] + making
+    assert sorted(handles) == sorted(fake.live), "a block on the device and in no record"
+
+
+def test_an_interrupt_at_any_line_leaves_the_pool_whole():
+    """A KeyboardInterrupt at the k-th line of the pool's own code, for every k, through
+    all its slow paths (a fake device: no driver): the records stay whole and agree with
+    the holders and the fake device (a block made and not recorded is in the making slot),
+    and once the holders free what they hold, empty_cache() leaves no block (nothing given
+    back twice: the fake refuses that). destroy() cut short and run again destroys the
+    rest."""
+    arr = np.empty(6 * MiB, dtype=np.uint8)
+    address = round_up(arr.ctypes.data, 4096)
+    k = 0
+    while True:
+        k += 1
+        pool, fake = fake_pool(2 * MiB, device="cpu", align=16, import_align=4096)
+        hs = [Holder() for _ in range(6)]
+        inj = _Interrupt(k)
+        reached: list[str] = []
+        sys.settrace(inj.globaltrace)
+        try:
+            _through_the_slow_paths(pool, hs, address, reached)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            sys.settrace(None)
+        where = f"interrupt at {inj.where}" if inj.where else "no interrupt"
+        held = [a for h in hs for a in (h.gpu, h.stage) if a is not None]
+        if not reached:
+            try:
+                check_records(pool, fake, held)
+            except AssertionError as exc:
+                raise AssertionError(f"{where}: {exc}") from exc
+            for h in hs:
+                if h.gpu is not None:
+                    pool.free_held(h, False)
+                if h.stage is not None:
+                    if h.stage.block.sub is None:
+                        pool.unimport_held(h)
+                    else:
+                        pool.free_held(h, True)
+            pool.empty_cache()
+            assert pool.stats()["allocated_bytes"] == 0, where
+        else:
+            pool.destroy()
+        assert not fake.live, f"{where}: blocks left on the device {fake.live}"
+        check_records(pool, fake, [])
+        if not inj.where:
+            break
+    assert k > 300, k

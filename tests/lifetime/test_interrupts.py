@@ -12,9 +12,11 @@ completes without reaching line k; a failure names the line where it fired. Ever
 is swept (a few seconds in all: the collector skips the objects frozen before each
 sweep), but for the line events where a tracer's exception behaves as no real Ctrl-C
 does (see untraced.py: a `with` block's exit, an inlined comprehension's loop head).
-The SPIR-V reader is swept too (an interrupted reflection leaves nothing behind); lines
-inside the memory pool's own bookkeeping are not interrupted yet (see INJECTED), and no
-line inside a step (scopedgpu._ki.step), which is one indivisible step."""
+The SPIR-V reader (an interrupted reflection leaves nothing behind) and the memory pool
+are swept too (test_pool_slow_paths adds the pool's paths the others do not reach inside
+their action; tests/test_pool_model.py sweeps every line of the pool on a fake device and
+checks its whole bookkeeping); no line inside a step (scopedgpu._ki.step), which is one
+indivisible step."""
 from __future__ import annotations
 
 import contextlib
@@ -38,13 +40,11 @@ PKG = os.path.dirname(os.path.abspath(sg.__file__))
 INJECTED = tuple(os.path.join(PKG, f) for f in (
     "manager.py", "tensor.py", "algorithm.py", "sequence.py", "ops.py", "_base.py",
     "_engine.py", "_caches.py", "_transfer.py", "_record.py", "_validation.py", "stream.py",
-    "pinned.py", "_spirv.py"))
+    "pinned.py", "_spirv.py", "_pool.py"))
 # Not _vk.py, the door to C: its wrappers are one C call and a return-code check (as
-# _errors.check was). Not yet _pool.py: its fast paths are steps (alloc, alloc_pair,
-# free_held, unimport_held), but its slow paths (a new block, carving and merging free
-# ranges) are not yet consistent at every line (issue 25: the first line that leaks is
-# VkAllocator.create's, a block made and not yet recorded).
+# _errors.check was).
 DEBUG = os.environ.get("SCOPEDGPU_DEBUG", "") not in ("", "0")
+MIB = 1 << 20
 
 
 class _Inject:
@@ -496,3 +496,52 @@ def test_waits_on_a_running_sequence(imgr):
     closer.start()
     closer.join(60)
     assert not closer.is_alive(), "close() hung"
+
+
+# -- the memory pool's slow paths -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", ["empty_cache", "flush+trim", "out_of_memory"])
+def test_pool_slow_paths(path, monkeypatch):
+    """The pool's slow paths cut at every line (the sweeps above reach new blocks, carving,
+    imports and the merge of a big range freed; not these): nothing leaks (no block made
+    and not recorded, no range lost, nothing given back twice), the bookkeeping is whole
+    (every block back to the driver once all is freed) and the pool still hands out whole,
+    separate ranges. "empty_cache": blocks cached and ranges binned, then empty_cache().
+    "flush+trim": no cache (each emptied block goes back at once), 1 MiB blocks (under a
+    memory limit of 8 MiB), a freed range filling one on its bin, then a request of another
+    size (the bins merged, the emptied block destroyed, a new one made). "out_of_memory":
+    under a memory limit, a request that fits only once the cached blocks of another size
+    class went back (on_oom, then empty_cache(), then a new block)."""
+    limit = {"out_of_memory": 16 << 20, "flush+trim": 8 << 20}.get(path)
+    m = sg.Manager(debug=DEBUG or None, memory_limit=limit)
+    try:
+        pool = m._state.pool
+        if path == "flush+trim":
+            monkeypatch.setattr(pool, "cache_bound", 0)
+        base = _state(m)
+        assert base[0]["memory_blocks"] == 0
+
+        def action():
+            if path == "out_of_memory":
+                m.empty((3 << 20) // 4).destroy()    # a 3 MiB block of each kind, cached
+                m.empty((14 << 20) // 4).destroy()   # 14 MiB: 20 > 16 until they go back
+            elif path == "flush+trim":
+                m.empty(MIB // 4).destroy()          # a whole block, onto the bins
+                m.empty((MIB - 4096) // 4).destroy()  # fits once the bins are merged
+            else:
+                m.empty(64).destroy()
+                m.empty((2 << 20) // 4, kind="storage").destroy()
+                m.empty_cache()
+
+        def check(k):
+            _check_baseline(m, base, f"pool {path}")(k)
+            assert not pool.freed and pool.making is None, f"line {k}: {pool.making}"
+
+        assert _sweep(action, check) > 20
+        t = m.tensor(np.arange(64, dtype=np.float32))
+        u = m.tensor(np.arange(64, dtype=np.float32) + 1)
+        np.testing.assert_array_equal(t.numpy() + 1, u.numpy())
+        assert t._gpu.block is not u._gpu.block or t._gpu.offset != u._gpu.offset
+    finally:
+        m.close()
