@@ -2,8 +2,8 @@
 
 A Submission owns one sg_seq of the shim (a command pool, its command buffer, a fence and,
 for timestamps, a query pool) and what rides on that fence: the threads inside a wait on it
-(`waiters`), the host copies due once its work completes (`copies`), and the staging ranges
-its commands read (`staging`). Sequences (one each, recycled through the sequence cache),
+(`waiters`), the host copies due once its work completes (`copies`), and the staging range
+its commands read (`stage`, an upload's). Sequences (one each, recycled through the sequence cache),
 storage uploads (_transfer.upload) and Manager.stream() (two per slot) make them; the
 engine knows every one from just before its sg_seq exists until it is freed
 (Engine.submissions), so close(), interpreter exit and abandon() drain, free or keep all
@@ -21,7 +21,7 @@ Who owns a submission is stored in one attribute, `owner`:
     fence under a wait is a use after free);
   - its last submission is not known complete: it stays in Engine.released until
     collect() sees its fence signalled (nothing is ever freed under the GPU);
-  - otherwise its staging ranges go back to the pool, and the sg_seq is kept in the
+  - otherwise its staging range goes back to the pool, and the sg_seq is kept in the
     sequence cache for a new sequence (recyclable ones: the cache becomes its owner) or
     destroyed.
 
@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from scopedgpu import _ki, _vk
+from scopedgpu import _vk
 
 __all__ = ["Submission"]
 
@@ -46,7 +46,7 @@ _NULL = _vk.NULL
 
 class Submission:
     """One sg_seq and what rides on its fence (see the module docstring)."""
-    __slots__ = ("cell", "queue", "nqueries", "sig", "waiters", "copies", "staging",
+    __slots__ = ("cell", "queue", "nqueries", "sig", "waiters", "copies", "stage",
                  "recyclable", "owner", "label")
 
     def __init__(self, queue: int, nqueries: int = 0, *, owner: object = None,
@@ -64,8 +64,9 @@ class Submission:
         # (destination, source, bytes) host copies due when the running submission
         # completes (n < 0: a callable to run); see complete().
         self.copies: tuple[tuple[Any, Any, int], ...] = ()
-        # Pool ranges its commands read (an upload's staging): freed with it.
-        self.staging: list[Any] = []
+        # The pool range its commands read (an upload's staging), freed with it: taken
+        # and freed in one step (Pool.free_held).
+        self.stage: Any = None
         # Kept in the sequence cache when freed (a sequence's, without queries).
         self.recyclable = recyclable
         # See the module docstring; None there: the engine's. Made with none, its maker
@@ -142,15 +143,16 @@ class Submission:
         if h != _NULL and not closing and _vk.seq_status(h) != 0:
             return   # not known complete: collect() tries again
         self.copies = ()
-        staging = self.staging
-        while staging:
-            _free_last(state.pool, staging)
+        if self.stage is not None:
+            state.pool.free_held(self, True)
         if h != _NULL and self.recyclable and not closing and state.seq_cache.keep(self):
             state.released.discard(self)   # (the cache owns it now)
             return
         _vk.seq_destroy(_vk.take(self.cell))   # NULL: nothing (sg_seq_destroy checks)
-        state.released.discard(self)
+        # Out of the engine's records, Engine.released last: cut short before, the next
+        # collect() runs this again.
         state.submissions.discard(self)
+        state.released.discard(self)
 
     def destroy_now(self, state: Any) -> None:
         """Destroys the sg_seq, whose work is complete (an idle one of the sequence cache:
@@ -158,11 +160,3 @@ class Submission:
         _vk.seq_destroy(_vk.take(self.cell))
         state.submissions.discard(self)
 
-
-@_ki.step
-def _free_last(pool: Any, staging: list[Any]) -> None:
-    """Takes the last staging range out of the list (by subscript and del: a signal right
-    after pop() returned would lose it) and frees it, in one step."""
-    a = staging[-1]
-    del staging[-1]
-    pool.free(a)

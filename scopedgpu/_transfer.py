@@ -101,8 +101,8 @@ def upload(st: Engine, dst: Any, array: np.ndarray, what: str) -> None:
                 sub.create(st, what)
             sub.sig = None   # (its commands are replaced)
             sub.label = "a storage upload"
-            sub.staging.append(st.pool.alloc(array.nbytes, "host"))
-            stage = sub.staging[0]
+            sub.stage = st.pool.alloc(array.nbytes, "host")
+            stage = sub.stage
             _vk.memmove(_vk.address_ptr(stage.address), _vk.array_ptr(array), array.nbytes)
             h = sub.seq
             _vk.check(_vk.seq_begin(h), what)

@@ -40,7 +40,7 @@ PKG = os.path.dirname(os.path.abspath(sg.__file__))
 INJECTED = tuple(os.path.join(PKG, f) for f in (
     "manager.py", "tensor.py", "algorithm.py", "sequence.py", "ops.py", "_base.py",
     "_engine.py", "_caches.py", "_transfer.py", "_record.py", "_validation.py", "stream.py",
-    "pinned.py", "_spirv.py", "_pool.py"))
+    "pinned.py", "_spirv.py", "_pool.py", "_submission.py", "_spirv_split.py"))
 # Not _vk.py, the door to C: its wrappers are one C call and a return-code check (as
 # _errors.check was).
 DEBUG = os.environ.get("SCOPEDGPU_DEBUG", "") not in ("", "0")
