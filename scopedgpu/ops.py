@@ -25,6 +25,14 @@ class Recording(Protocol):
 
 
 def _tensor_list(tensors: Any, what: str, min_count: int = 1) -> list[Tensor]:
+    if type(tensors) is list and len(tensors) >= min_count:
+        # The common case (a list of tensors) in one pass; anything else is checked and
+        # refused below as before.
+        for t in tensors:
+            if type(t) is not Tensor:
+                break
+        else:
+            return list(tensors)
     if isinstance(tensors, Tensor):
         tensors = [tensors]
     try:
