@@ -608,7 +608,18 @@ class Algorithm(Child):
         # Bindings are matched by number: binding i is tensors[i]. A tensor whose binding
         # the module does not use (never declared, or removed by an optimizer) is bound
         # and skipped by the shader; every binding the module uses needs a tensor.
-        unbound = [b for b in info.bindings if b >= len(tensors)]
+        # What depends on the module and this device alone (specialization constants
+        # encoded, local size and push-constant block checked against the device's
+        # limits, the bindings it needs) is derived once per module, for algorithms
+        # without specialization constants: every check it stands for passed for it, and
+        # none of them can differ.
+        reflections = state.reflections
+        key = spirv if type(spirv) is bytes else bytes(spirv)
+        derived = reflections.derived.get(key) if spec_consts is None else None
+        if derived is not None and derived[0] is not info:
+            derived = None
+        unbound = [b for b in info.bindings if b >= len(tensors)] if (
+            derived is None or len(tensors) < derived[4]) else None
         if unbound:
             raise ShaderError(
                 f"{what}: the shader declares storage-buffer bindings {info.bindings}, but "
@@ -631,14 +642,7 @@ class Algorithm(Child):
             raise ValueError(f"{what}: this device binds at most "
                              f"{dev.max_storage_buffers_per_stage} storage buffers per shader")
 
-        # What depends on the module and this device alone (specialization constants
-        # encoded, local size and push-constant block checked against the device's
-        # limits) is derived once per module, for algorithms without specialization
-        # constants: every check below passed for it, and none of them can differ.
-        reflections = state.reflections
-        key = spirv if type(spirv) is bytes else bytes(spirv)
-        derived = reflections.derived.get(key) if spec_consts is None else None
-        if derived is not None and derived[0] is info:
+        if derived is not None:
             spec, local, block = derived[1], derived[2], derived[3]
         else:
             spec = encode_spec_consts(spec_consts, info, what)
@@ -673,7 +677,8 @@ class Algorithm(Child):
                     f"maxComputeSharedMemorySize ({dev.max_shared_memory_size} bytes)")
             block = _float_block(info)
             if spec_consts is None:
-                reflections.derived[key] = (info, spec, local, block)
+                need = max(info.bindings) + 1 if info.bindings else 0
+                reflections.derived[key] = (info, spec, local, block, need)
         self._info = info
         self._block = block
         self._engine_info = dev   # the DeviceInfo (check_workgroup runs before Child.__init__)
