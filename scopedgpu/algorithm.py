@@ -605,19 +605,19 @@ class Algorithm(Child):
             raise ShaderError(
                 f"{what}: the shader declares a {kind} at set {dset}, binding {binding}; "
                 "scopedgpu binds tensors as storage buffers of set 0")
-        # Bindings are matched by number: binding i is tensors[i]. A tensor whose binding
-        # the module does not use (never declared, or removed by an optimizer) is bound
-        # and skipped by the shader; every binding the module uses needs a tensor.
         # What depends on the module and this device alone (specialization constants
         # encoded, local size and push-constant block checked against the device's
         # limits, the bindings it needs) is derived once per module, for algorithms
-        # without specialization constants: every check it stands for passed for it, and
-        # none of them can differ.
+        # without specialization constants, by the first one made: every check it stands
+        # for passed for it, and none of them can differ.
         reflections = state.reflections
         key = spirv if type(spirv) is bytes else bytes(spirv)
         derived = reflections.derived.get(key) if spec_consts is None else None
         if derived is not None and derived[0] is not info:
             derived = None
+        # Bindings are matched by number: binding i is tensors[i]. A tensor whose binding
+        # the module does not use (never declared, or removed by an optimizer) is bound
+        # and skipped by the shader; every binding the module uses needs a tensor.
         unbound = [b for b in info.bindings if b >= len(tensors)] if (
             derived is None or len(tensors) < derived[4]) else None
         if unbound:
