@@ -105,12 +105,17 @@ def _keep(owner: SequenceCache, cache: list[Submission], sub: Submission) -> Non
 
 class Reflections:
     """What a SPIR-V module declares (scopedgpu._spirv.ShaderInfo), by its bytes; a
-    module is validated once, before any byte of it reaches the driver."""
-    __slots__ = ("info", "cache")
+    module is validated once, before any byte of it reaches the driver.
+
+    `derived`: what algorithm() derives from a module and this device alone, by the
+    module's bytes, stored by algorithm.py (opaque here) and dropped with the module's
+    reflection; an entry names the ShaderInfo it was derived from (its first item)."""
+    __slots__ = ("info", "cache", "derived")
 
     def __init__(self, info: DeviceInfo):
         self.info = info
         self.cache: OrderedDict[bytes, ShaderInfo] = OrderedDict()
+        self.derived: dict[bytes, tuple[Any, ...]] = {}
 
     def get(self, spirv: Any) -> ShaderInfo:
         if not isinstance(spirv, (bytes, bytearray, memoryview)):
@@ -128,7 +133,8 @@ class Reflections:
                                   f"this device's Vulkan {self.info.api_version} accepts")
             self.cache[key] = info
             if len(self.cache) > REFLECTIONS_KEPT:
-                self.cache.popitem(last=False)
+                old, _ = self.cache.popitem(last=False)
+                self.derived.pop(old, None)
         return info
 
 

@@ -100,6 +100,32 @@ class Recorder:
             else:
                 read.add(a)
 
+    def use_copy(self, src: Allocation, dst: Allocation) -> None:
+        """use([(src, STAGE_TRANSFER, False), (dst, STAGE_TRANSFER, True)]), the accesses
+        of a copy, without the list (the sync ops record one per tensor)."""
+        written = self.written
+        if src in written or dst in written or dst in self.read:
+            self.barrier(STAGES_GPU, ACCESS_ALL_GPU)
+        self.src_stages |= STAGE_TRANSFER
+        self.read.add(src)
+        written.add(dst)
+        self.src_access |= ACCESS_TRANSFER_WRITE
+
+    def use_compute(self, ranges: list[Allocation]) -> None:
+        """use([(a, STAGE_COMPUTE, True) for a in ranges]), a dispatch's accesses (every
+        bound tensor may be read and written), without the list of tuples."""
+        if not ranges:
+            return
+        written = self.written
+        read = self.read
+        for a in ranges:
+            if a in written or a in read:
+                self.barrier(STAGES_GPU, ACCESS_ALL_GPU)
+                break
+        self.src_stages |= STAGE_COMPUTE
+        written.update(ranges)
+        self.src_access |= ACCESS_SHADER_WRITE
+
     def barrier(self, dst_stages: int, dst_access: int) -> None:
         if self.src_stages:
             _vk.seq_barrier(self.h, self.src_stages, self.src_access, dst_stages, dst_access)

@@ -219,11 +219,24 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_reset_after_fork)
 
 
+_sequence_class: Any = None   # scopedgpu.sequence.Sequence, imported on first use
+
+
 def _check_seq(seq: Any, what: str) -> None:
+    cls = _sequence_class
+    if cls is None or type(seq) is not cls:
+        if cls is None:
+            cls = _import_sequence()
+        if not isinstance(seq, cls):
+            raise TypeError(f"{what}: seq must be a scopedgpu Sequence (manager.sequence()), "
+                            f"not {type(seq).__name__} {seq!r}")
+
+
+def _import_sequence() -> Any:
+    global _sequence_class
     from scopedgpu.sequence import Sequence
-    if not isinstance(seq, Sequence):
-        raise TypeError(f"{what}: seq must be a scopedgpu Sequence (manager.sequence()), not "
-                        f"{type(seq).__name__} {seq!r}")
+    _sequence_class = Sequence
+    return Sequence
 
 
 def _timeout(timeout: Any, what: str) -> float | None:
@@ -246,12 +259,9 @@ async def wait(seq: Sequence, timeout: float | None = None) -> bool:
     argument of the wrong type or value raises TypeError or ValueError naming it."""
     _check_seq(seq, "aio.wait()")
     timeout = _timeout(timeout, "aio.wait()")
-    seq.check_alive()
-    if not seq.is_running:
+    fut = _watch(seq)
+    if fut is None:
         return True
-    loop = asyncio.get_running_loop()
-    fut: asyncio.Future[Any] = loop.create_future()
-    _waiter.add(_Entry(seq, loop, fut))
     if timeout is None:
         await fut
         return True
@@ -270,8 +280,23 @@ async def eval(seq: Sequence, op: Op | None = None) -> Sequence:
     if seq.is_running:
         await wait(seq)
     seq.eval_async(op)
-    await wait(seq)
+    # wait(seq)'s work, without its argument checks (done above) and its coroutine.
+    fut = _watch(seq)
+    if fut is not None:
+        await fut
     return seq
+
+
+def _watch(seq: Sequence) -> asyncio.Future[Any] | None:
+    """A future of the running loop that the waiter thread settles when seq's last
+    submission completed; None when it is not running. DestroyedError when destroyed."""
+    seq.check_alive()
+    if not seq.is_running:
+        return None
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[Any] = loop.create_future()
+    _waiter.add(_Entry(seq, loop, fut))
+    return fut
 
 
 async def run(manager: Manager, *ops: Op) -> None:

@@ -315,6 +315,43 @@ _FMT = {("float", 32): "<f", ("float", 64): "<d", ("int", 32): "<i", ("int", 64)
         ("int", 8): "<b", ("uint", 8): "<B"}
 
 
+def _float_block(info: ShaderInfo) -> tuple[int, struct.Struct] | None:
+    """(members, struct) for a push-constant block of 32-bit float scalars only, whose
+    values a list or tuple of Python floats gives: packed in one struct call to the bytes
+    _pack_push gives them (zeros between and after the members); None for any other
+    block."""
+    members = info.push_constant_members
+    size = info.push_constant_size
+    if not members or size % 4:
+        return None
+    fmt = "<"
+    pos = 0
+    for m in members:
+        if m.kind != "float" or m.width != 32 or len(m.slots) != 1 or m.slots[0] < pos:
+            return None
+        fmt += "x" * (m.slots[0] - pos) + "f"
+        pos = m.slots[0] + 4
+    if pos > size:
+        return None
+    packer = struct.Struct(fmt + "x" * (size - pos))
+    return (len(members), packer) if packer.size == size else None
+
+
+def _pack_floats(block: tuple[int, struct.Struct], values: list[Any] | tuple[Any, ...]
+                 ) -> bytes | None:
+    """The push constants `values` (a list or tuple) of a float block (_float_block), when
+    they are one Python float a member, each one its 32-bit float takes as it is (what
+    _fit_push's first case returns); None otherwise, for the general path (push_bytes)
+    to pack or to refuse with its message."""
+    count, packer = block
+    if len(values) != count:
+        return None
+    for v in values:
+        if type(v) is not float or _FLOAT32_MAX < abs(v) < math.inf:
+            return None
+    return packer.pack(*values)
+
+
 def encode_spec_consts(values: Any, info: ShaderInfo, what: str) -> tuple[
         list[int], list[int], list[int], bytes]:
     """Specialization constant i gets id i. A list's values take the type the shader
@@ -568,10 +605,21 @@ class Algorithm(Child):
             raise ShaderError(
                 f"{what}: the shader declares a {kind} at set {dset}, binding {binding}; "
                 "scopedgpu binds tensors as storage buffers of set 0")
+        # What depends on the module and this device alone (specialization constants
+        # encoded, local size and push-constant block checked against the device's
+        # limits, the bindings it needs) is derived once per module, for algorithms
+        # without specialization constants, by the first one made: every check it stands
+        # for passed for it, and none of them can differ.
+        reflections = state.reflections
+        key = spirv if type(spirv) is bytes else bytes(spirv)
+        derived = reflections.derived.get(key) if spec_consts is None else None
+        if derived is not None and derived[0] is not info:
+            derived = None
         # Bindings are matched by number: binding i is tensors[i]. A tensor whose binding
         # the module does not use (never declared, or removed by an optimizer) is bound
         # and skipped by the shader; every binding the module uses needs a tensor.
-        unbound = [b for b in info.bindings if b >= len(tensors)]
+        unbound = [b for b in info.bindings if b >= len(tensors)] if (
+            derived is None or len(tensors) < derived[4]) else None
         if unbound:
             raise ShaderError(
                 f"{what}: the shader declares storage-buffer bindings {info.bindings}, but "
@@ -594,40 +642,51 @@ class Algorithm(Child):
             raise ValueError(f"{what}: this device binds at most "
                              f"{dev.max_storage_buffers_per_stage} storage buffers per shader")
 
-        spec = encode_spec_consts(spec_consts, info, what)
-        values = spec_values(spec, info)
-        local = info.local_size_with(values)
-        if (any(v < 1 for v in local)
-                or any(v > m for v, m in zip(local, dev.max_workgroup_size))
-                or local[0] * local[1] * local[2] > dev.max_workgroup_invocations):
-            raise ShaderError(
-                f"{what}: local size {local} exceeds this device's limits "
-                f"(maxComputeWorkGroupSize {dev.max_workgroup_size}, "
-                f"maxComputeWorkGroupInvocations {dev.max_workgroup_invocations})")
-        if info.push_constant_size > dev.max_push_constants_size:
-            raise ShaderError(f"{what}: the shader's push constants take "
-                              f"{info.push_constant_size} bytes; this device allows "
-                              f"{dev.max_push_constants_size}")
-        narrow = sorted(w for w in info.push_constant_widths if w < 32)
-        if narrow or info.push_constant_size % 4:
-            # VkPushConstantRange: "size must be a multiple of 4"; 8- and 16-bit members
-            # need storagePushConstant8/16, which scopedgpu does not enable.
-            raise ShaderError(
-                f"{what}: the shader's push-constant block takes {info.push_constant_size} "
-                f"bytes with {'/'.join(map(str, narrow)) or 'no'}-bit members; scopedgpu "
-                "takes push constants of 32- and 64-bit members only (a whole number of "
-                "4-byte words): use uint/int/float members and unpack narrow values in "
-                "the shader (e.g. unpackHalf2x16)")
-        shared = info.shared_memory_size_with(values)
-        if shared is not None and shared > dev.max_shared_memory_size:
-            raise ShaderError(
-                f"{what}: the shader declares {shared} bytes of shared memory (Workgroup "
-                f"variables, specialization constants applied), more than this device's "
-                f"maxComputeSharedMemorySize ({dev.max_shared_memory_size} bytes)")
+        if derived is not None:
+            spec, local, block = derived[1], derived[2], derived[3]
+        else:
+            spec = encode_spec_consts(spec_consts, info, what)
+            values = spec_values(spec, info)
+            local = info.local_size_with(values)
+            if (any(v < 1 for v in local)
+                    or any(v > m for v, m in zip(local, dev.max_workgroup_size))
+                    or local[0] * local[1] * local[2] > dev.max_workgroup_invocations):
+                raise ShaderError(
+                    f"{what}: local size {local} exceeds this device's limits "
+                    f"(maxComputeWorkGroupSize {dev.max_workgroup_size}, "
+                    f"maxComputeWorkGroupInvocations {dev.max_workgroup_invocations})")
+            if info.push_constant_size > dev.max_push_constants_size:
+                raise ShaderError(f"{what}: the shader's push constants take "
+                                  f"{info.push_constant_size} bytes; this device allows "
+                                  f"{dev.max_push_constants_size}")
+            narrow = sorted(w for w in info.push_constant_widths if w < 32)
+            if narrow or info.push_constant_size % 4:
+                # VkPushConstantRange: "size must be a multiple of 4"; 8- and 16-bit members
+                # need storagePushConstant8/16, which scopedgpu does not enable.
+                raise ShaderError(
+                    f"{what}: the shader's push-constant block takes {info.push_constant_size} "
+                    f"bytes with {'/'.join(map(str, narrow)) or 'no'}-bit members; scopedgpu "
+                    "takes push constants of 32- and 64-bit members only (a whole number of "
+                    "4-byte words): use uint/int/float members and unpack narrow values in "
+                    "the shader (e.g. unpackHalf2x16)")
+            shared = info.shared_memory_size_with(values)
+            if shared is not None and shared > dev.max_shared_memory_size:
+                raise ShaderError(
+                    f"{what}: the shader declares {shared} bytes of shared memory (Workgroup "
+                    f"variables, specialization constants applied), more than this device's "
+                    f"maxComputeSharedMemorySize ({dev.max_shared_memory_size} bytes)")
+            block = _float_block(info)
+            if spec_consts is None:
+                need = max(info.bindings) + 1 if info.bindings else 0
+                reflections.derived[key] = (info, spec, local, block, need)
         self._info = info
+        self._block = block
         self._engine_info = dev   # the DeviceInfo (check_workgroup runs before Child.__init__)
         self._local_size = local
-        self._push = encode_push_consts(push_consts, what, info)
+        push = None
+        if block is not None and (type(push_consts) is list or type(push_consts) is tuple):
+            push = _pack_floats(block, push_consts)
+        self._push = push if push is not None else encode_push_consts(push_consts, what, info)
         self._push_values = push_consts
         self._workgroup = self.check_workgroup(workgroup, tensors, what, dev.max_workgroup_count)
         self._parts: list[tuple[bytes, tuple[int, int, int]]] | None = None
@@ -687,6 +746,8 @@ class Algorithm(Child):
                 raise ValueError(f"{what}: give a workgroup when there are no tensors")
             n = tensors[0].size
             wg = ((n + local[0] - 1) // local[0], 1, 1)
+            if wg[0] <= maxc[0] and wg[0] * local[0] <= _UINT32_END:
+                return wg   # what _bounded_parts returns: n >= 1, one group on y and z
             if wg[0] > maxc[0]:
                 why = self._unsplittable()
                 if why is not None:
@@ -843,6 +904,11 @@ class Algorithm(Child):
     def encode_push(self, values: Any, what: str) -> bytes:
         """An OpAlgoDispatch override, encoded as the shader's block declares and checked
         (package-internal); none (None, or empty) gives the algorithm's own."""
+        block = self._block
+        if block is not None and (type(values) is list or type(values) is tuple):
+            fast = _pack_floats(block, values)
+            if fast is not None:
+                return fast
         push = push_bytes(values, what, self._info)
         return check_push_bytes(push, self._info, what) if push else self._push
 

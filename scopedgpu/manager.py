@@ -99,6 +99,13 @@ def _from_dlpack(data: Any) -> np.ndarray:
                         f"{exc}") from exc
 
 
+# Manager.empty()'s fast path: 1-D, a numpy scalar type (or int, float) of at most 8
+# bytes, fewer than IMPORT_MIN bytes (which tensor() copies to an aligned array).
+_SMALL_TYPES = frozenset({np.float16, np.float32, np.float64, np.int8, np.int16, np.int32,
+                          np.int64, np.uint8, np.uint16, np.uint32, np.uint64, float, int})
+_EMPTY_FAST = IMPORT_MIN // 8
+
+
 class Manager(NoCopy):
     """One Vulkan device and everything made on it.
 
@@ -330,6 +337,16 @@ class Manager(NoCopy):
               kind: str = "device") -> Tensor:
         """A zero-filled tensor."""
         st = self._open()
+        if (type(shape) is int and 0 < shape < _EMPTY_FAST and kind in KINDS
+                and type(dtype) is type and dtype in _SMALL_TYPES
+                and shape * 8 <= st.pool.size_ok):
+            # Fast path (a request's output): small, so nothing to check before numpy
+            # allocates, and numpy's zeros become the host copy itself where tensor()
+            # would take them as they are (it copies them).
+            arr = np.zeros(shape, dtype=dtype)
+            if arr.dtype in self._dtypes_ok:
+                return Tensor(self, st, arr, kind)
+            return self.tensor(arr, kind=kind)
         try:    # a tensor too big for the device fails before numpy allocates it
             dims: list[Any] = [shape] if np.ndim(shape) == 0 else list(shape)  # type: ignore[arg-type]
             nbytes = math.prod(int(d) for d in dims) * np.dtype(dtype).itemsize

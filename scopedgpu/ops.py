@@ -7,7 +7,7 @@ from typing import Any, Iterable, Protocol, Sequence as Seq
 
 import numpy as np
 
-from scopedgpu._record import STAGE_COMPUTE, STAGE_HOST, STAGE_TRANSFER, Recorder
+from scopedgpu._record import STAGE_HOST, Recorder
 from scopedgpu._shaders import builtin_spirv
 from scopedgpu.algorithm import Algorithm
 from scopedgpu.tensor import Tensor
@@ -25,6 +25,14 @@ class Recording(Protocol):
 
 
 def _tensor_list(tensors: Any, what: str, min_count: int = 1) -> list[Tensor]:
+    if type(tensors) is list and len(tensors) >= min_count:
+        # The common case (a list of tensors) in one pass; anything else is checked and
+        # refused below as before.
+        for t in tensors:
+            if type(t) is not Tensor:
+                break
+        else:
+            return list(tensors)
     if isinstance(tensors, Tensor):
         tensors = [tensors]
     try:
@@ -94,7 +102,7 @@ class OpTensorSyncDevice(Op):
                 stage = t.stage_range
                 if t.ranges.fresh:
                     rec.touch(t.ranges, True)
-                rec.use([(stage, STAGE_TRANSFER, False), (gpu, STAGE_TRANSFER, True)])
+                rec.use_copy(stage, gpu)
                 rec.copy(stage, gpu, t.nbytes)
             else:  # host tensor: the host write before submission is all it takes
                 rec.use([(gpu, STAGE_HOST, True)])
@@ -127,7 +135,7 @@ class OpTensorSyncLocal(Op):
                 stage = t.stage_range
                 if t.ranges.fresh:
                     rec.touch(t.ranges, False)
-                rec.use([(gpu, STAGE_TRANSFER, False), (stage, STAGE_TRANSFER, True)])
+                rec.use_copy(gpu, stage)
                 rec.copy(gpu, stage, t.nbytes)
             else:
                 rec.use([(gpu, STAGE_HOST, False)])
@@ -162,7 +170,7 @@ class OpTensorCopy(Op):
             b = dst.gpu_range
             if dst.ranges.fresh:
                 rec.touch(dst.ranges, True)
-            rec.use([(a, STAGE_TRANSFER, False), (b, STAGE_TRANSFER, True)])
+            rec.use_copy(a, b)
             rec.copy(a, b, src.nbytes)
 
 
@@ -197,7 +205,7 @@ class OpAlgoDispatch(Op):
         for t in algo.bound:
             if t.ranges.fresh:   # (its writes are not known: zeroed first)
                 rec.touch(t.ranges, False)
-        rec.use([(t.gpu_range, STAGE_COMPUTE, True) for t in algo.bound])
+        rec.use_compute([t.gpu_range for t in algo.bound])
         # a live algorithm: eval checked objects() first
         program, dset = algo.dispatch_handles()
         if self.parts is None:

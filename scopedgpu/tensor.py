@@ -414,7 +414,9 @@ class Tensor(Child):
             # One exporter object per tensor under every view of data(): numpy collapses
             # the bases of slices onto it, so it lives exactly as long as some view does.
             buf = _vk.byte_exporter(owner, stage.offset, self._nbytes)
-            view = np.frombuffer(buf, dtype=self._dtype).reshape(self._shape)  # type: ignore[call-overload]
+            view = np.frombuffer(buf, dtype=self._dtype)  # type: ignore[call-overload]
+            if len(self._shape) != 1:   # (1-D: frombuffer's shape already)
+                view = view.reshape(self._shape)
             np.copyto(view, host)
             self._th.view = weakref.ref(buf)
             self._host = view

@@ -197,3 +197,169 @@ def test_staged_transfers_with_threaded_copies(mgr, monkeypatch):
         seq.eval(sg.OpTensorSyncLocal([t]))
     np.testing.assert_array_equal(t.data(), src)
     t.destroy()
+
+
+# -- issue 24: the per-request fast paths leave what the full paths leave --------------
+
+GAPPED = """
+#version 450
+layout(local_size_x = 64) in;
+layout(push_constant) uniform P { float a; layout(offset = 8) float b; float c; } p;
+layout(set = 0, binding = 0) readonly buffer X { float x[]; };
+layout(set = 0, binding = 1) writeonly buffer Y { float y[]; };
+void main() {
+    uint i = gl_GlobalInvocationID.x;
+    if (i < y.length()) y[i] = p.a * x[i] + p.b - p.c;
+}
+"""
+
+
+def _algorithm_state(algo):
+    return (algo.push_bytes, algo.local_size, algo.workgroup, algo.dispatch_defaults,
+            algo._spec, algo.parts)
+
+
+def _message(fn):
+    with pytest.raises(Exception) as info:
+        fn()
+    return type(info.value), str(info.value)
+
+
+@pytest.mark.parametrize("push", [[1.5, 0.25, -0.0], (2.0, 1e30, 3.5), [0.5, 2, 1.0],
+                                  [np.float32(2.0), 1.0, 1.0], np.array([2, 7, 1, 1], "f4")])
+def test_algorithms_derived_once_per_module_match_the_full_path(mgr, glsl, push):
+    """The second algorithm of a module takes what the first derived (Reflections.derived);
+    clearing it gives the full path again: same bytes, sizes and results, and the same
+    errors for bad arguments on either path."""
+    spirv = glsl(GAPPED)
+    x = np.linspace(-4, 4, 200, dtype=np.float32)
+    tx = mgr.tensor(x)
+    derived = mgr._state.reflections.derived
+    algos, outs = [], []
+    for clear in (True, False, True, False):
+        if clear:
+            derived.clear()
+        ty = mgr.empty(200)
+        algo = mgr.algorithm([tx, ty], spirv, push_consts=push)
+        assert bytes(spirv) in derived
+        with mgr.sequence() as seq:
+            seq.record(sg.OpTensorSyncDevice([tx])).record(sg.OpAlgoDispatch(algo))
+            seq.record(sg.OpTensorSyncLocal([ty])).eval()
+        algos.append(algo)
+        outs.append(ty)
+    abc = [push[0], push[2], push[3]] if isinstance(push, np.ndarray) else push
+    a, b, c = (np.float32(v) for v in abc)
+    want = (a * x + b) - c
+    for algo, ty in zip(algos, outs):
+        assert _algorithm_state(algo) == _algorithm_state(algos[0])
+        np.testing.assert_array_equal(ty.data(), want)
+    ty = outs[0]
+    bad = [lambda: mgr.algorithm([tx], spirv, push_consts=push),
+           lambda: mgr.algorithm([tx, ty], spirv, push_consts=[1.0, 2.0]),
+           lambda: mgr.algorithm([tx, ty], spirv, push_consts=[1.0, 2.0, 1e39]),
+           lambda: mgr.algorithm([tx, ty], spirv, push_consts=[1.0, "2", 3.0]),
+           lambda: mgr.algorithm([tx, ty], spirv),
+           lambda: mgr.algorithm([tx, ty], spirv, push_consts=[1.0, 2.0, 3.0], workgroup=0),
+           lambda: sg.OpAlgoDispatch(algos[0], push_consts=[1.0, 2.0, 3.0, 4.0]),
+           lambda: sg.OpAlgoDispatch(algos[0], push_consts=[float("1e39"), 2.0, 3.0])]
+    for fn in bad:
+        mgr.algorithm([tx, ty], spirv, push_consts=push).destroy()
+        assert bytes(spirv) in derived
+        memo = _message(fn)
+        derived.clear()
+        assert _message(fn) == memo
+    for o in (*algos, *outs, tx):
+        o.destroy()
+
+
+@pytest.mark.parametrize("values", [[0.0], [-0.0], [1.5], [float("nan")], [float("inf")],
+                                    [-float("inf")], [3.4028234663852886e38], [1e-45],
+                                    [5e-324], [3.4028235e38], [3.5e38], [1e300], [2], [True],
+                                    [np.float32(1.0)], [1.0, 2.0], []])
+def test_float_push_packing_matches_the_general_path(mgr, glsl, values):
+    """The one-struct packing of a block of float32 scalars gives the bytes push_bytes
+    gives, and declines (None) every value the general path refuses or converts."""
+    from scopedgpu.algorithm import _float_block, _pack_floats, push_bytes
+    info = mgr.shader_info(glsl(GAPPED))
+    block = _float_block(info)
+    assert block is not None and block[1].size == info.push_constant_size == 16
+    vals = [values[0], 1.0, 2.0] if len(values) == 1 else values
+    fast = _pack_floats(block, vals)
+    try:
+        general = push_bytes(vals, "w", info)
+    except (TypeError, ValueError):
+        general = None
+    if fast is not None:
+        assert fast == general
+    else:
+        assert general is None or any(type(v) is not float for v in vals) \
+            or len(vals) != 3
+
+
+def test_float_push_packing_declines_other_blocks(mgr, glsl):
+    from scopedgpu.algorithm import _float_block
+    from tests.shaders import PUSH_INT, SAXPY
+    assert _float_block(mgr.shader_info(glsl(PUSH_INT))) is None
+    block = _float_block(mgr.shader_info(glsl(SAXPY)))
+    assert block is not None and block[0] == 1
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.uint32, np.float64, float, int,
+                                   "float32", np.dtype(np.int32)])
+@pytest.mark.parametrize("n", [1, 1000, (4 << 20) // 8 - 1, (4 << 20) // 8])
+def test_empty_fast_path_matches_tensor_of_zeros(mgr, dtype, n):
+    """mgr.empty() of a small 1-D shape takes numpy's zeros as its host copy; its tensor is
+    what mgr.tensor(np.zeros(...)) makes, host and device zeros alike."""
+    try:
+        want = mgr.tensor(np.zeros(n, dtype=dtype))
+    except TypeError:
+        pytest.skip(f"{np.dtype(dtype)} is not supported on this device")
+    t = mgr.empty(n, dtype)
+    assert (t.shape, t.dtype, t.kind, t.nbytes) == (want.shape, want.dtype, want.kind,
+                                                     want.nbytes)
+    with mgr.sequence() as seq:
+        seq.eval(sg.OpTensorSyncLocal([t, want]))
+    np.testing.assert_array_equal(t.data(), want.data())
+    assert not t.data().any()
+    t.destroy()
+    want.destroy()
+
+
+def test_empty_keeps_its_errors(mgr):
+    for shape, error, match in ((0, ValueError, "at least one element"),
+                                (-1, ValueError, "negative"),
+                                (10**13, sg.OutOfMemoryError, "40000000000000 bytes"),
+                                (True, TypeError, "integers"), (2.5, TypeError, "integers")):
+        with pytest.raises(error, match=match):
+            mgr.empty(shape)
+    with pytest.raises(TypeError):
+        mgr.empty(4, [("a", np.float32), ("b", np.int8)])
+    assert mgr.live_objects()["tensors"] == 0
+
+
+def test_recorder_fast_accesses_match_use(monkeypatch):
+    """use_copy() and use_compute() insert the barriers use() would, and leave the same
+    state, over random access patterns."""
+    import random
+
+    from scopedgpu import _record
+    calls: list = []
+    monkeypatch.setattr(_record._vk, "seq_barrier", lambda h, *a: calls.append((h, a)))
+    rng = random.Random(24)
+    allocs = [object() for _ in range(5)]
+    for _ in range(300):
+        fast, slow = _record.Recorder("fast"), _record.Recorder("slow")
+        for _ in range(rng.randint(1, 8)):
+            if rng.random() < 0.5:
+                src, dst = rng.sample(allocs, 2)
+                fast.use_copy(src, dst)
+                slow.use([(src, _record.STAGE_TRANSFER, False),
+                          (dst, _record.STAGE_TRANSFER, True)])
+            else:
+                ranges = [rng.choice(allocs) for _ in range(rng.randint(0, 3))]
+                fast.use_compute(ranges)
+                slow.use([(a, _record.STAGE_COMPUTE, True) for a in ranges])
+            assert [a for h, a in calls if h == "fast"] == [a for h, a in calls if h == "slow"]
+            assert (fast.written, fast.read, fast.src_stages, fast.src_access) == \
+                (slow.written, slow.read, slow.src_stages, slow.src_access)
+        calls.clear()

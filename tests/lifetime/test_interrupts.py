@@ -174,6 +174,9 @@ def test_algorithm_creation(imgr):
 
     n = _sweep(lambda: made.append(imgr.algorithm([a, b], spirv)), check)
     assert n > 5
+    # Again over the path that takes what the first algorithm of the module derived.
+    assert bytes(spirv) in imgr._state.reflections.derived
+    assert _sweep(lambda: made.append(imgr.algorithm([a, b], spirv)), check) > 5
     a.destroy()
     b.destroy()
 
