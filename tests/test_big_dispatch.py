@@ -7,11 +7,7 @@ machines without glslc (tests.kompute.utils.compile_source)."""
 from __future__ import annotations
 
 import gc
-import hashlib
-import os
-import shutil
 import struct
-import subprocess
 
 import numpy as np
 import pytest
@@ -23,7 +19,7 @@ from scopedgpu._spirv_split import CannotSplit, split_module
 from scopedgpu._spirv_val import check_module
 from scopedgpu.algorithm import dispatch_parts
 from scopedgpu.manager import live_vulkan_objects
-from tests.kompute.utils import SPIRV_DIR, compile_source
+from tests.kompute.utils import compile_source
 
 # One invocation per element, gl_GlobalInvocationID.x its index (kp's default workgroup).
 PER_ELEMENT = """
@@ -300,24 +296,7 @@ def _compile(source: str, spirv_version: str) -> bytes:
     """SPIR-V 1.3 (compile_glsl's Vulkan 1.1) or 1.5 (glslc --target-env=vulkan1.2, the
     interface that lists every global variable), precompiled like compile_source's for
     machines without glslc (KOMPUTE_TESTS_WRITE_SPIRV=1 writes the files)."""
-    if spirv_version == "1.3":
-        return compile_source(source)
-    key = hashlib.sha256(f"vulkan1.2\n{source}".encode()).hexdigest()[:24]
-    path = os.path.join(SPIRV_DIR, key + ".spv")
-    glslc = shutil.which("glslc")
-    if glslc:
-        spirv = subprocess.run([glslc, "--target-env=vulkan1.2", "-fshader-stage=comp", "-",
-                                "-o", "-"], input=source.encode(), capture_output=True,
-                               check=True).stdout
-        if os.environ.get("KOMPUTE_TESTS_WRITE_SPIRV"):
-            with open(path, "wb") as f:
-                f.write(spirv)
-        elif not os.path.exists(path):
-            raise FileNotFoundError(f"no precompiled {path}: run the tests once with "
-                                    "KOMPUTE_TESTS_WRITE_SPIRV=1")
-        return spirv
-    with open(path, "rb") as f:
-        return f.read()
+    return compile_source(source, None if spirv_version == "1.3" else "vulkan1.2")
 
 
 def _needs(mgr, spirv_version: str) -> None:

@@ -3,6 +3,7 @@
 import hashlib
 import os
 import shutil
+import subprocess
 
 import scopedgpu
 
@@ -14,10 +15,20 @@ import scopedgpu
 SPIRV_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "spirv")
 
 
-def compile_source(source):
-    path = os.path.join(SPIRV_DIR, hashlib.sha256(source.encode()).hexdigest()[:24] + ".spv")
-    if shutil.which("glslc") or shutil.which("glslangValidator"):
-        spirv = scopedgpu.compile_glsl(source)
+def compile_source(source, target_env=None):
+    # scopedgpu: target_env, glslc's --target-env (e.g. "vulkan1.2": SPIR-V 1.5), for
+    # tests of scopedgpu's own that need a module of that version; precompiled apart
+    # (the key hashes the target with the source).
+    key = source if target_env is None else f"{target_env}\n{source}"
+    path = os.path.join(SPIRV_DIR, hashlib.sha256(key.encode()).hexdigest()[:24] + ".spv")
+    glslc = shutil.which("glslc")
+    if glslc if target_env else (glslc or shutil.which("glslangValidator")):
+        if target_env is None:
+            spirv = scopedgpu.compile_glsl(source)
+        else:
+            spirv = subprocess.run([glslc, f"--target-env={target_env}", "-fshader-stage=comp",
+                                    "-", "-o", "-"], input=source.encode(),
+                                   capture_output=True, check=True).stdout
         if os.environ.get("KOMPUTE_TESTS_WRITE_SPIRV"):
             with open(path, "wb") as f:
                 f.write(spirv)
