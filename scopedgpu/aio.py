@@ -10,23 +10,28 @@
 `mgr.run(*ops)`, each as a coroutine. The submission itself is made on the calling thread
 (it takes microseconds); the wait for the fence is not.
 
-How the wait is made: one waiter thread per process, shared by every awaited sequence of
-every manager and every event loop, waits on the fence of the oldest pending sequence
-(the manager's lock released, as `eval_await` does) in slices of `SLICE` seconds and
-polls the others between slices, each queue from its oldest entry up to the first still
-running (a fence signals only after the earlier submissions to its queue completed); the
-sequences completed in one step resolve their futures through one
-`loop.call_soon_threadsafe` per event loop. Why not poll from the loop with
-`asyncio.sleep`: the loop's timers have a resolution of one millisecond (epoll), so
-every await would cost at least that, even for a dispatch of 20 us, and every poll would
-wake the loop; the waiter thread wakes the loop once per batch of completed sequences,
-tens of microseconds after the fence signals, and the completion work (the host copies
-of `OpTensorSyncLocal`) runs on the waiter thread, not on the loop. Why not a thread per
-wait (`asyncio.to_thread`): a thousand concurrent requests would park a thousand
-threads. The cost: one thread asleep in `vkWaitForFences` while work is pending
-(spinning its first 0.2 ms of each slice, as every wait does), and a sequence that
-completes before an older one on another queue or device is seen at the end of the
-current slice (at most `SLICE` late).
+How the wait is made. First by the loop itself: while sequences it awaits are pending,
+a callback of the loop (`_Poller`) re-schedules itself (the loop does not sleep), polls
+each queue from its oldest entry up to the first still running (a fence signals only
+after the earlier submissions to its queue completed) and sets the completed ones'
+futures directly; the completion work (the host copies of `OpTensorSyncLocal`) runs
+there. For short GPU work, and under load (a loop that keeps submitting), every request
+is settled this way, with no other thread involved: a hand-off between threads costs
+tens of microseconds of wake-up and GIL transfer on each side, more than the GPU work of
+a small request. After SPIN_NS (0.2 ms, the spin of every scopedgpu wait) without a
+completion, the entries left go to one waiter thread per process, shared by every
+manager and loop, and the loop sleeps: the thread waits on the fence of the newest entry
+of a queue (GIL and manager lock released) in slices of `SLICE` seconds, then settles it
+and every entry of its queue added before it with one `loop.call_soon_threadsafe` per
+loop; each coroutine checks its own sequence when it resumes (and awaits again in the
+rare case that it still runs, submitted out of the order of its entry by another
+thread). Why not poll from the loop with `asyncio.sleep`: the loop's timers have a
+resolution of one millisecond (epoll), so every await would cost at least that. Why not
+a thread per wait (`asyncio.to_thread`): a thousand concurrent requests would park a
+thousand threads. The cost: a loop spins a core while it awaits GPU work (at most 0.2 ms
+past the last completion), one thread asleep in `vkWaitForFences` while long work is
+pending, and a long sequence of another queue or device that completes while the thread
+waits on one queue is seen at the end of the current slice (at most `SLICE` late).
 
 While a sequence is awaited, no other coroutine may use it (as with threads: one
 sequence, one user at a time). Cancelling the awaiting coroutine does not stop the GPU
@@ -35,12 +40,16 @@ work: the sequence still runs, and its `with` block's exit waits for it as usual
 from __future__ import annotations
 
 import asyncio
+import collections
 import math
 import numbers
 import os
 import threading
+import time
+import weakref
 from typing import TYPE_CHECKING, Any
 
+from scopedgpu._engine import SPIN_NS
 from scopedgpu._errors import DestroyedError
 
 if TYPE_CHECKING:
@@ -54,18 +63,22 @@ SLICE = 0.005   # seconds the waiter thread blocks on one fence before polling t
 
 
 class _Entry:
-    """One awaited sequence. The waiter empties it (seq, loop, fut: None) in the step that
-    settles its future, so that nothing of the waiter's, a local of its loop included,
-    keeps the sequence (and through it its manager, tensors and algorithms) alive once
-    the wait is over."""
+    """One awaited sequence, watched by its loop's _Poller, then (when the poller gave up
+    spinning) by the waiter thread. Whoever settles its future empties it first (seq,
+    loop, fut: None), so that nothing of the poller's or the waiter's keeps the sequence
+    (and through it its manager, tensors and algorithms) alive once the wait is over."""
     __slots__ = ("seq", "loop", "fut", "key")
 
-    def __init__(self, seq: Sequence, loop: asyncio.AbstractEventLoop, fut: asyncio.Future):
+    def __init__(self, seq: Sequence, loop: asyncio.AbstractEventLoop, fut: asyncio.Future,
+                 key: tuple[int, int]):
         self.seq: Any = seq
         self.loop: Any = loop
         self.fut: Any = fut
         # Its queue: fences of one queue signal in the order of submission (see _step).
-        self.key = (id(seq.lock), seq.queue)
+        self.key = key
+
+
+_Settled = dict[Any, list[tuple[asyncio.Future, BaseException | None]]]
 
 
 def _settle_many(futs: list[tuple[asyncio.Future, BaseException | None]]) -> None:
@@ -81,41 +94,61 @@ def _settle_many(futs: list[tuple[asyncio.Future, BaseException | None]]) -> Non
 
 class _Waiter:
     """The process's one waiter thread (started on first use, a daemon: it holds no
-    resource, and a sequence it waits on is completed by its manager's close)."""
+    resource, and a sequence it waits on is completed by its manager's close).
+
+    It watches the entries that loops' pollers gave up spinning on (GPU work that runs
+    longer than SPIN_NS), kept per queue (manager and queue index) in the order they were
+    added, which on one event loop is the order of submission. It blocks (the GIL and
+    the manager's lock released) on the NEWEST entry of the first queue, for a slice of
+    SLICE seconds, and then settles every entry of that queue added before it, with one
+    `loop.call_soon_threadsafe` per loop for the lot: a fence signals only after the
+    earlier submissions to its queue completed, so one wake-up of this thread (one GIL
+    hand-off with the loops' threads) settles a whole batch, not one entry each."""
 
     def __init__(self) -> None:
-        self.cond = threading.Condition()
-        self.pending: list[_Entry] = []
+        self.cond = threading.Condition(threading.Lock())
+        self.queues: dict[tuple[int, int], collections.deque[_Entry]] = {}
+        self.idle = False          # the thread sleeps on cond until an entry is added
         self.thread: threading.Thread | None = None
 
-    def add(self, entry: _Entry) -> None:
+    def add_many(self, entries: list[_Entry]) -> None:
+        """Adds entries a loop's poller gave up polling (in their order)."""
         with self.cond:
-            self.pending.append(entry)
-            if self.thread is None or not self.thread.is_alive():
+            for entry in entries:
+                q = self.queues.get(entry.key)
+                if q is None:
+                    q = self.queues[entry.key] = collections.deque()
+                q.append(entry)
+            if self.idle:
+                self.idle = False
+                self.cond.notify()
+            elif self.thread is None or not self.thread.is_alive():
                 self.thread = threading.Thread(target=self._loop, name="scopedgpu-aio-waiter",
                                                daemon=True)
                 self.thread.start()
-            self.cond.notify()
 
-    def _resolve(self, entry: _Entry, exc: BaseException | None,
-                 settled: dict[Any, list[tuple[asyncio.Future, BaseException | None]]]
-                 ) -> None:
-        """Takes the entry out of the pending list and adds its future to `settled` (by
-        loop), which _settle_all() hands to each loop in one call."""
+    def _resolve(self, entry: _Entry, exc: BaseException | None, settled: _Settled) -> None:
+        """Takes the entry out of its queue, unless settled already, and adds its future to
+        `settled` (by loop), which _settle_all() hands to each loop in one call."""
         with self.cond:
-            try:
-                self.pending.remove(entry)
-            except ValueError:
-                return
+            loop, fut = entry.loop, entry.fut
+            if fut is None:
+                return            # settled already
+            q = self.queues.get(entry.key)
+            if q is not None:
+                if q and q[0] is entry:
+                    q.popleft()
+                else:
+                    q.remove(entry)
+                if not q:
+                    del self.queues[entry.key]
             # Emptied before the future is settled: the awaiting coroutine resumes with
             # nothing of its left here.
-            loop, fut = entry.loop, entry.fut
             entry.seq = entry.loop = entry.fut = None
         settled.setdefault(loop, []).append((fut, exc))
 
     @staticmethod
-    def _settle_all(settled: dict[Any, list[tuple[asyncio.Future, BaseException | None]]]
-                    ) -> None:
+    def _settle_all(settled: _Settled) -> None:
         """One call_soon_threadsafe per loop for every future settled in a step: one
         wake-up of the loop for a batch of completions, not one each."""
         for loop, futs in settled.items():
@@ -125,18 +158,22 @@ class _Waiter:
                 pass             # the loop was closed: nobody is waiting any more
         settled.clear()
 
-    def _done(self, entry: _Entry, settled: dict[Any, Any]) -> bool:
-        """Polls one entry without blocking; True when it was resolved."""
-        if entry.fut.done():          # cancelled: stop watching (the GPU work runs on)
+    def _done(self, entry: _Entry, settled: _Settled) -> bool:
+        """Polls one entry without blocking; True when it was resolved (or was settled
+        already by its loop's thread)."""
+        seq, fut = entry.seq, entry.fut
+        if seq is None or fut is None:
+            return True               # settled already
+        if fut.done():                # cancelled: stop watching (the GPU work runs on)
             self._resolve(entry, None, settled)
             return True
         # Never blocks on the manager's lock: a thread holding it (wait_idle, close, an
         # upload) must not hold up the sequences of every other manager and loop.
-        lock = entry.seq.lock
+        lock = seq.lock
         if not lock.acquire(blocking=False):
             return False              # polled again next slice
         try:
-            running = entry.seq.is_running
+            running = seq.is_running
         except BaseException as exc:  # a failed fence poll (DeviceError)
             self._resolve(entry, exc, settled)
             return True
@@ -151,68 +188,161 @@ class _Waiter:
         full = True
         while True:
             with self.cond:
-                while not self.pending:
+                while not self.queues:
+                    self.idle = True
                     self.cond.wait()
+                self.idle = False
             full = self._step(full)   # its locals (the batch) are gone before the next wait
 
     def _step(self, full: bool) -> bool:
-        """Polls the pending entries, then waits one slice on the oldest still running;
-        returns whether the next step polls every entry. (No local here names a sequence
-        once the step returns: the entries are emptied as they are resolved.)
+        """Polls the pending entries, then waits one slice on the newest entry of the first
+        queue; returns whether the next step polls every entry. (No local here names a
+        sequence once the step returns.)
 
-        Entries are kept in the order they were added, which on one event loop is the
-        order of submission, and a fence signals only after every earlier submission to
-        its queue completed: so each (manager, queue) is polled from its oldest entry up
-        to the first still running, not further (O(completed), not O(pending), per step:
-        a thousand requests in flight cost one poll per step, not a thousand). Entries
-        added out of that order (other threads, other loops) cost at most one slice: a
-        step after a slice that ended without completion polls every entry."""
-        settled: dict[Any, list[tuple[asyncio.Future, BaseException | None]]] = {}
+        Each queue is polled from its oldest entry up to the first still running, not
+        further: O(completed), not O(pending), per step. When the newest entry's fence
+        signalled, every entry of its queue added before it is settled with it, unpolled:
+        a fence signals only after every earlier submission to its queue completed. Each
+        awaiting coroutine checks its own sequence when it resumes (awaiting again in the
+        rare case that it still runs: entries added out of submission order, by several
+        threads), and completes it there when nobody has yet. A step after a slice that
+        ended without completion polls every entry, and moves the queue waited on to the
+        end, so that queues take turns."""
+        settled: _Settled = {}
         with self.cond:
-            batch = list(self.pending)
-        left = []
-        blocked: set[tuple[int, int]] = set()
-        for e in batch:
-            key = e.key
-            if not full and key in blocked and not e.fut.done():
-                left.append(e)
-                continue
-            if not self._done(e, settled):
-                blocked.add(key)
-                left.append(e)
+            batch = [list(q) for q in self.queues.values()]
+        for entries in batch:
+            for e in entries:
+                if not self._done(e, settled) and not full:
+                    break
         del batch
+        with self.cond:
+            for key in [k for k, q in self.queues.items() if not q]:
+                del self.queues[key]
+            q = next(iter(self.queues.values()), None)
+            target = q[-1] if q else None
+            seq = target.seq if target is not None else None
         if settled:
             self._settle_all(settled)
-        if not left:
+        if target is None or seq is None:
             return False
-        oldest = left[0]
-        del left
+        key = target.key
         try:
-            done = oldest.seq.eval_await(SLICE)   # GIL and manager lock released
+            done = seq.eval_await(SLICE)   # GIL and manager lock released
         except DestroyedError as exc:
             # Destroyed (or its manager closed) meanwhile: both complete its work first.
-            if oldest.seq.is_running:
-                self._resolve(oldest, exc, settled)
+            if seq.is_running:
+                self._resolve(target, exc, settled)
                 self._settle_all(settled)
                 return False
             done = True
         except BaseException as exc:
-            self._resolve(oldest, exc, settled)
+            self._resolve(target, exc, settled)
             self._settle_all(settled)
             return False
-        if done:
-            self._resolve(oldest, None, settled)
-            self._settle_all(settled)
-            return False
-        return True
+        del seq
+        with self.cond:
+            q = self.queues.get(key)
+            if q is None:
+                return False
+            if not done:
+                del self.queues[key]   # to the end: the next slice waits on another queue
+                self.queues[key] = q
+                return True
+            if target.fut is not None:
+                # The target and everything added to its queue before it.
+                while q:
+                    e = q.popleft()
+                    loop, fut = e.loop, e.fut
+                    e.seq = e.loop = e.fut = None
+                    settled.setdefault(loop, []).append((fut, None))
+                    if e is target:
+                        break
+            if not q:
+                del self.queues[key]
+        self._settle_all(settled)
+        return False
 
 
 _waiter = _Waiter()
 
 
+class _Poller:
+    """One event loop's own polling of its awaited sequences, a callback on the loop
+    re-scheduled while any is pending (the loop does not sleep meanwhile): each run polls
+    every queue from its oldest entry up to the first still running, and settles the
+    completed ones' futures directly. Under load (a loop that keeps submitting) and for
+    short GPU work this settles every request with no thread hand-off at all. After
+    SPIN_NS seconds without a completion, the entries left go to the waiter thread,
+    which waits for them with the GIL released, and the loop sleeps again."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.queues: dict[tuple[int, int], collections.deque[_Entry]] = {}
+        self.scheduled = False
+        self.since = 0.0          # when the last completion (or the first entry) was seen
+
+    def add(self, entry: _Entry) -> None:
+        q = self.queues.get(entry.key)
+        if q is None:
+            q = self.queues[entry.key] = collections.deque()
+        q.append(entry)
+        if not self.scheduled:
+            self.scheduled = True
+            self.since = time.perf_counter()
+            self.loop.call_soon(self.tick)
+
+    def tick(self) -> None:
+        self.scheduled = False
+        progress = False
+        for q in self.queues.values():
+            while q:
+                e = q[0]
+                fut = e.fut
+                if not fut.done():
+                    seq = e.seq
+                    lock = seq.lock
+                    if not lock.acquire(blocking=False):
+                        break             # a thread holds it: polled again next run
+                    try:
+                        running = seq.is_running
+                    except BaseException as exc:    # a failed fence poll (DeviceError)
+                        q.popleft()
+                        e.seq = e.loop = e.fut = None
+                        fut.set_exception(exc)
+                        continue
+                    finally:
+                        lock.release()
+                    if running:
+                        break
+                    fut.set_result(True)
+                    progress = True
+                q.popleft()
+                e.seq = e.loop = e.fut = None
+        if not any(self.queues.values()):
+            self.queues.clear()
+            return
+        now = time.perf_counter()
+        if progress:
+            self.since = now
+        elif now - self.since > _SPIN:
+            left = [e for q in self.queues.values() for e in q]
+            self.queues.clear()
+            _waiter.add_many(left)
+            return
+        self.scheduled = True
+        self.loop.call_soon(self.tick)
+
+
+_SPIN = SPIN_NS / 1e9
+_pollers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Poller] = (
+    weakref.WeakKeyDictionary())
+
+
 def _reset_after_fork() -> None:
-    global _waiter
+    global _waiter, _pollers
     _waiter = _Waiter()   # the thread did not survive the fork; its entries are the parent's
+    _pollers = weakref.WeakKeyDictionary()
 
 
 if hasattr(os, "register_at_fork"):
@@ -260,15 +390,19 @@ async def wait(seq: Sequence, timeout: float | None = None) -> bool:
     _check_seq(seq, "aio.wait()")
     timeout = _timeout(timeout, "aio.wait()")
     fut = _watch(seq)
-    if fut is None:
-        return True
     if timeout is None:
-        await fut
+        while fut is not None:
+            await fut
+            fut = _rewatch(seq)
         return True
-    try:
-        await asyncio.wait_for(fut, timeout)
-    except asyncio.TimeoutError:
-        return False      # wait_for cancelled the future: the waiter drops it
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while fut is not None:
+        try:
+            await asyncio.wait_for(fut, max(0.0, deadline - loop.time()))
+        except asyncio.TimeoutError:
+            return False  # wait_for cancelled the future: the waiter drops it
+        fut = _rewatch(seq)
     return True
 
 
@@ -282,21 +416,39 @@ async def eval(seq: Sequence, op: Op | None = None) -> Sequence:
     seq.eval_async(op)
     # wait(seq)'s work, without its argument checks (done above) and its coroutine.
     fut = _watch(seq)
-    if fut is not None:
+    while fut is not None:
         await fut
+        fut = _rewatch(seq)
     return seq
 
 
+def _rewatch(seq: Sequence) -> asyncio.Future[Any] | None:
+    """After a settled future: None when seq's submission completed (its completion work
+    done here when nobody did it yet); otherwise (settled by the fence order of its
+    queue, but added out of it) a new future to await."""
+    if not seq.is_running:
+        return None
+    return _add(seq)
+
+
+def _add(seq: Sequence) -> asyncio.Future[Any]:
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[Any] = loop.create_future()
+    poller = _pollers.get(loop)
+    if poller is None:
+        poller = _pollers[loop] = _Poller(loop)
+    poller.add(_Entry(seq, loop, fut, (id(seq.lock), seq.queue)))
+    return fut
+
+
 def _watch(seq: Sequence) -> asyncio.Future[Any] | None:
-    """A future of the running loop that the waiter thread settles when seq's last
-    submission completed; None when it is not running. DestroyedError when destroyed."""
+    """A future of the running loop that is settled when seq's last submission completed
+    (by the waiter thread, or by this loop's thread at its next submission to the same
+    queue); None when it is not running. DestroyedError when destroyed."""
     seq.check_alive()
     if not seq.is_running:
         return None
-    loop = asyncio.get_running_loop()
-    fut: asyncio.Future[Any] = loop.create_future()
-    _waiter.add(_Entry(seq, loop, fut))
-    return fut
+    return _add(seq)
 
 
 async def run(manager: Manager, *ops: Op) -> None:

@@ -316,3 +316,131 @@ def test_every_aio_argument_is_checked_with_an_error_naming_it(mgr):
     asyncio.run(main())
     seq.destroy()
     t.destroy()
+
+
+def test_a_loop_awaiting_long_work_sleeps_instead_of_spinning(mgr, glsl):
+    """The loop polls its own sequences while they are short (no thread hand-off), but
+    hands a long one to the waiter thread after aio's spin (0.2 ms) and sleeps: over a
+    wait of 0.1 s or more its selector is called a handful of times, not once per run
+    of a spinning loop (thousands)."""
+    import selectors
+
+    class Counting(selectors.DefaultSelector):   # type: ignore[misc,valid-type]
+        calls = 0
+
+        def select(self, timeout=None):
+            Counting.calls += 1
+            return super().select(timeout)
+
+    async def main() -> tuple[int, float]:
+        with mgr.sequence() as seq:
+            seq.record(sg.OpTensorSyncDevice([t]))
+            seq.record(sg.OpAlgoDispatch(algo, push_consts=np.array([iters], dtype=np.uint32)))
+            seq.record(sg.OpTensorSyncLocal([t]))
+            calls, t0 = Counting.calls, time.perf_counter()
+            await aio.eval(seq)
+            return Counting.calls - calls, time.perf_counter() - t0
+
+    for attempt in range(3):    # the calibration may have run under a passing load
+        v0, t, algo, iters = _long_lcg(mgr, glsl, 0.3 * 4**attempt)
+        t.data()[:] = v0
+        loop = asyncio.SelectorEventLoop(Counting())
+        try:
+            selects, elapsed = loop.run_until_complete(main())
+        finally:
+            loop.close()
+        assert np.array_equal(t.numpy(), lcg_reference(v0, iters))
+        if elapsed > 0.1:
+            break
+        algo.destroy()
+        t.destroy()
+    algo.destroy()
+    t.destroy()
+    assert elapsed > 0.1, f"the dispatch took only {elapsed:.3f} s: not a long dispatch"
+    assert selects < 50, f"the loop ran {selects} times in a {elapsed:.3f} s wait: it spun"
+
+
+def test_long_and_short_work_awaited_together_on_one_loop(mgr, glsl):
+    """A long dispatch and many short requests submitted behind it to the same queue,
+    awaited at once from one loop: the loop spins, gives up, hands them all to the waiter
+    thread, which settles the lot when the newest signals (fence order); every result
+    right, the long one first to finish."""
+    spirv = glsl(SCALE)
+    v0, t, algo, iters = _long_lcg(mgr, glsl, 0.3)
+    order: list[str] = []
+
+    async def long() -> None:
+        with mgr.sequence() as seq:
+            seq.record(sg.OpTensorSyncDevice([t]))
+            seq.record(sg.OpAlgoDispatch(algo, push_consts=np.array([iters], dtype=np.uint32)))
+            seq.record(sg.OpTensorSyncLocal([t]))
+            await aio.eval(seq)
+        order.append("long")
+
+    async def short(k: int) -> np.ndarray:
+        x = np.arange(300, dtype=np.float32) * (k + 1)
+        with mgr.tensor(x) as tx, mgr.empty(x.size) as ty, \
+                mgr.algorithm([tx, ty], spirv, push_consts=[3.0, float(k)]) as al:
+            with mgr.sequence() as seq:
+                seq.record(sg.OpTensorSyncDevice([tx])).record(sg.OpAlgoDispatch(al))
+                seq.record(sg.OpTensorSyncLocal([ty]))
+                await aio.eval(seq)
+                assert not seq.is_running
+            order.append("short")
+            return ty.numpy()
+
+    async def main() -> list[np.ndarray]:
+        task = asyncio.create_task(long())
+        await asyncio.sleep(0)       # the long one is submitted first
+        outs = await asyncio.gather(*(short(k) for k in range(40)))
+        await task
+        return outs
+
+    t.data()[:] = v0
+    outs = asyncio.run(main())
+    for k, y in enumerate(outs):
+        np.testing.assert_array_equal(y, 3 * (np.arange(300, dtype=np.float32) * (k + 1)) + k)
+    assert np.array_equal(t.numpy(), lcg_reference(v0, iters))
+    assert order[0] == "long" and order.count("short") == 40, order
+    algo.destroy()
+    t.destroy()
+
+
+def test_one_manager_one_queue_awaited_from_two_loops(mgr, glsl):
+    """Two threads, each with its own loop, await many sequences of one manager on one
+    queue at once: each loop polls its own (their submissions interleave on the queue),
+    and every result is right."""
+    import threading
+    spirv = glsl(SCALE)
+    results: dict[int, list[np.ndarray]] = {}
+    errors: list[BaseException] = []
+
+    def worker(k: int) -> None:
+        async def one(rep: int) -> np.ndarray:
+            x = np.arange(500, dtype=np.float32) + 1000 * k
+            with mgr.tensor(x) as tx, mgr.empty(x.size) as ty, \
+                    mgr.algorithm([tx, ty], spirv, push_consts=[2.0, float(rep)]) as al:
+                with mgr.sequence() as seq:
+                    seq.record(sg.OpTensorSyncDevice([tx])).record(sg.OpAlgoDispatch(al))
+                    seq.record(sg.OpTensorSyncLocal([ty]))
+                    await aio.eval(seq)
+                    assert not seq.is_running
+                    return ty.numpy()
+
+        async def main() -> list[np.ndarray]:
+            return list(await asyncio.gather(*(one(rep) for rep in range(60))))
+        try:
+            results[k] = asyncio.run(main())
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(2)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(120)
+    assert not errors, errors
+    for k in range(2):
+        x = np.arange(500, dtype=np.float32) + 1000 * k
+        for rep, y in enumerate(results[k]):
+            np.testing.assert_array_equal(y, 2 * x + rep)
