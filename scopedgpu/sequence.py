@@ -6,11 +6,12 @@ import math
 import numbers
 import time
 import weakref
+from time import perf_counter as _clock
 from typing import Any, TypeVar
 
 from scopedgpu import _ki, _vk
 from scopedgpu._base import Child, Handle, first_destroyed, handles_of
-from scopedgpu._engine import SPIN_NS, WAIT_SLICE_NS, Engine, Roots, fence_wait
+from scopedgpu._engine import SPIN_NS, WAIT_SLICE_NS, Engine, Roots, fence_wait, spin_after
 from scopedgpu._errors import DestroyedError
 from scopedgpu._submission import Submission
 from scopedgpu._record import record_commands
@@ -123,6 +124,10 @@ class Sequence(Child):
         self._dirty = True
         self._running = False
         self._gen = 0            # submissions so far: a wait completes only its own
+        # When its last submission was made, and how long its next wait spins before it
+        # blocks (spin_after: from how long the last run took).
+        self._t_submit = 0.0
+        self._spin = SPIN_NS
         self._zombie: Handle | None = None   # see destroy()
         self._inflight: frozenset[Handle] = frozenset()
         self._indexed: frozenset[Handle] = _EMPTY   # its entries in state.users
@@ -353,6 +358,7 @@ class Sequence(Child):
         if rc:
             self._retire()
             _vk.check(rc, f"submitting {self!r}")
+        self._t_submit = _clock()
         self._sub.copies = copies
         if self._touched:
             for th in self._touched:
@@ -410,8 +416,12 @@ class Sequence(Child):
                timeout: float | None) -> bool:
         """The rest of a wait registered in sub.waiters as `token` for submission `gen`
         of its sg_seq h; the caller's finally leaves when this did not."""
-        rc = fence_wait(state, h, timeout)   # GIL and lock released
+        w0 = _clock()
+        rc = fence_wait(state, h, timeout, self._spin)   # GIL and lock released
         if rc == 0:
+            now = _clock()
+            if now - w0 > 5e-6:   # it waited: the fence signalled just now
+                self._spin = spin_after(now - self._t_submit, state.info.type == "cpu")
             # The common case in one lock section (re-evaluation latency): leave, then
             # complete. Cut short, the caller's finally leaves and the sequence stays
             # running until the next wait or collect completes it.

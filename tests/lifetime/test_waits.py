@@ -351,3 +351,18 @@ def _readline(proc: subprocess.Popen, timeout: float) -> str:
         pytest.fail(f"no answer from the child in {timeout} s (hung); stdout {out!r}, "
                     f"stderr {err[-2000:]!r}")
     return proc.stdout.readline().strip()
+
+
+def test_a_wait_spins_as_long_as_the_last_run_took_within_bounds():
+    """spin_after: a sequence's next wait polls its fence for 1.5 times its last run
+    (a blocking wait's wake-up costs more than a short run's tail), at least SPIN_NS, at
+    most SPIN_MAX_NS; on a CPU device always SPIN_NS (a spinning thread takes a core from
+    the device itself)."""
+    from scopedgpu._engine import SPIN_MAX_NS, SPIN_NS, spin_after
+    assert spin_after(0.0, False) == SPIN_NS
+    assert spin_after(50e-6, False) == SPIN_NS
+    assert spin_after(1e-3, False) == 1_500_000
+    assert spin_after(2.3e-3, False) == 3_450_000
+    assert spin_after(1.0, False) == SPIN_MAX_NS
+    assert spin_after(1e-3, True) == spin_after(1.0, True) == SPIN_NS
+    assert SPIN_NS < SPIN_MAX_NS <= 10_000_000
