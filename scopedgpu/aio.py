@@ -18,18 +18,18 @@ futures directly; the completion work (the host copies of `OpTensorSyncLocal`) r
 there. For short GPU work, and under load (a loop that keeps submitting), every request
 is settled this way, with no other thread involved: a hand-off between threads costs
 tens of microseconds of wake-up and GIL transfer on each side, more than the GPU work of
-a small request. After SPIN_NS (0.2 ms, the spin of every scopedgpu wait) without a
-completion, the entries left go to one waiter thread per process, shared by every
-manager and loop, and the loop sleeps: the thread waits on the fence of the newest entry
-of a queue (GIL and manager lock released) in slices of `SLICE` seconds, then settles it
-and every entry of its queue added before it with one `loop.call_soon_threadsafe` per
-loop; each coroutine checks its own sequence when it resumes (and awaits again in the
-rare case that it still runs, submitted out of the order of its entry by another
-thread). Why not poll from the loop with `asyncio.sleep`: the loop's timers have a
+a small request. After SPIN_NS (0.2 ms, the shortest spin of a scopedgpu wait) without a
+completion or a new awaited sequence, the entries left go to one waiter thread per
+process, shared by every manager and loop, and the loop sleeps: the thread waits on the
+fence of the newest entry of a queue (GIL and manager lock released) in slices of
+`SLICE` seconds, then settles it and every entry of its queue added before it with one
+`loop.call_soon_threadsafe` per loop; each coroutine checks its own sequence when it
+resumes (and awaits again in the rare case that it still runs, submitted out of the
+order of its entry by another thread). Why not poll from the loop with `asyncio.sleep`: the loop's timers have a
 resolution of one millisecond (epoll), so every await would cost at least that. Why not
 a thread per wait (`asyncio.to_thread`): a thousand concurrent requests would park a
 thousand threads. The cost: a loop spins a core while it awaits GPU work (at most 0.2 ms
-past the last completion), one thread asleep in `vkWaitForFences` while long work is
+past the last completion or submission), one thread asleep in `vkWaitForFences` while long work is
 pending, and a long sequence of another queue or device that completes while the thread
 waits on one queue is seen at the end of the current slice (at most `SLICE` late).
 
@@ -273,11 +273,13 @@ class _Poller:
     every queue from its oldest entry up to the first still running, and settles the
     completed ones' futures directly. Under load (a loop that keeps submitting) and for
     short GPU work this settles every request with no thread hand-off at all. After
-    SPIN_NS seconds without a completion, the entries left go to the waiter thread,
-    which waits for them with the GIL released, and the loop sleeps again."""
+    SPIN_NS seconds without a completion or a new entry, the entries left go to the
+    waiter thread, which waits for them with the GIL released, and the loop sleeps
+    again. It holds its loop weakly (the loop holds it, in _pollers, by a weak key): a
+    finished loop is collected with its poller."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
+        self.loop = weakref.ref(loop)
         self.queues: dict[tuple[int, int], collections.deque[_Entry]] = {}
         self.scheduled = False
         self.since = 0.0          # when the last completion (or the first entry) was seen
@@ -287,10 +289,10 @@ class _Poller:
         if q is None:
             q = self.queues[entry.key] = collections.deque()
         q.append(entry)
+        self.since = time.perf_counter()   # a new entry: its own spin
         if not self.scheduled:
             self.scheduled = True
-            self.since = time.perf_counter()
-            self.loop.call_soon(self.tick)
+            entry.loop.call_soon(self.tick)
 
     def tick(self) -> None:
         self.scheduled = False
@@ -306,7 +308,7 @@ class _Poller:
                         break             # a thread holds it: polled again next run
                     try:
                         running = seq.is_running
-                    except BaseException as exc:    # a failed fence poll (DeviceError)
+                    except Exception as exc:        # a failed fence poll (DeviceError)
                         q.popleft()
                         e.seq = e.loop = e.fut = None
                         fut.set_exception(exc)
@@ -330,8 +332,10 @@ class _Poller:
             self.queues.clear()
             _waiter.add_many(left)
             return
-        self.scheduled = True
-        self.loop.call_soon(self.tick)
+        loop = self.loop()
+        if loop is not None:
+            self.scheduled = True
+            loop.call_soon(self.tick)
 
 
 _SPIN = SPIN_NS / 1e9

@@ -444,3 +444,26 @@ def test_one_manager_one_queue_awaited_from_two_loops(mgr, glsl):
         x = np.arange(500, dtype=np.float32) + 1000 * k
         for rep, y in enumerate(results[k]):
             np.testing.assert_array_equal(y, 2 * x + rep)
+
+
+def test_a_finished_event_loop_is_collected(mgr, glsl):
+    """aio's per-loop poller holds its loop weakly: each asyncio.run() makes a loop, and
+    a service's or a test suite's many runs must not keep every loop (and what its last
+    callbacks referenced) alive."""
+    spirv = glsl(SCALE)
+    x = np.arange(256, dtype=np.float32)
+    loops: list[weakref.ref] = []
+
+    async def main() -> np.ndarray:
+        loops.append(weakref.ref(asyncio.get_running_loop()))
+        with mgr.tensor(x) as tx, mgr.empty(x.size) as ty, \
+                mgr.algorithm([tx, ty], spirv, push_consts=[2.0, 1.0]) as al:
+            await aio.run(mgr, sg.OpTensorSyncDevice([tx]), sg.OpAlgoDispatch(al),
+                          sg.OpTensorSyncLocal([ty]))
+            return ty.numpy()
+
+    for _ in range(3):
+        np.testing.assert_array_equal(asyncio.run(main()), 2 * x + 1)
+    gc.collect()
+    alive = [r for r in loops if r() is not None]
+    assert not alive, f"{len(alive)} of {len(loops)} finished loops still referenced"
