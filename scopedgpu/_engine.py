@@ -119,6 +119,7 @@ class Engine(Validation):
         self.dev: Any = None
         self.nqueues = 1         # compute queues the device was opened with (the manager)
         self.info: DeviceInfo = None  # type: ignore[assignment]
+        self.cpu_device = False  # info.type == "cpu" (lavapipe): waits spin SPIN_NS only
         self.pool: Pool = None  # type: ignore[assignment]
         self.tensors = ChildSet()       # of Tensor
         self.algorithms = ChildSet()    # of Algorithm

@@ -25,13 +25,14 @@ fence of the newest entry of a queue (GIL and manager lock released) in slices o
 `SLICE` seconds, then settles it and every entry of its queue added before it with one
 `loop.call_soon_threadsafe` per loop; each coroutine checks its own sequence when it
 resumes (and awaits again in the rare case that it still runs, submitted out of the
-order of its entry by another thread). Why not poll from the loop with `asyncio.sleep`: the loop's timers have a
-resolution of one millisecond (epoll), so every await would cost at least that. Why not
-a thread per wait (`asyncio.to_thread`): a thousand concurrent requests would park a
-thousand threads. The cost: a loop spins a core while it awaits GPU work (at most 0.2 ms
-past the last completion or submission), one thread asleep in `vkWaitForFences` while long work is
-pending, and a long sequence of another queue or device that completes while the thread
-waits on one queue is seen at the end of the current slice (at most `SLICE` late).
+order of its entry by another thread). Why not poll from the loop with
+`asyncio.sleep`: the loop's timers have a resolution of one millisecond (epoll), so
+every await would cost at least that. Why not a thread per wait (`asyncio.to_thread`):
+a thousand concurrent requests would park a thousand threads. The cost: a loop spins a
+core while it awaits GPU work (at most 0.2 ms past the last completion or submission),
+one thread asleep in `vkWaitForFences` while long work is pending, and a long sequence
+of another queue or device that completes while the thread waits on one queue is seen
+at the end of the current slice (at most `SLICE` late).
 
 While a sequence is awaited, no other coroutine may use it (as with threads: one
 sequence, one user at a time). Cancelling the awaiting coroutine does not stop the GPU

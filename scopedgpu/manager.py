@@ -189,6 +189,7 @@ class Manager(NoCopy):
                                   code=exc.code) from exc
             state.dev = dout[0]
             state.info = info
+            state.cpu_device = info.type == "cpu"
             if log.isEnabledFor(logging.DEBUG):
                 env = setting("SCOPEDGPU_DEVICE") if device is None else None
                 log.debug("Manager: device %d, %s (%s, Vulkan %s), chosen %s; validation %s",

@@ -416,12 +416,11 @@ class Sequence(Child):
                timeout: float | None) -> bool:
         """The rest of a wait registered in sub.waiters as `token` for submission `gen`
         of its sg_seq h; the caller's finally leaves when this did not."""
-        w0 = _clock()
         rc = fence_wait(state, h, timeout, self._spin)   # GIL and lock released
         if rc == 0:
-            now = _clock()
-            if now - w0 > 5e-6:   # it waited: the fence signalled just now
-                self._spin = spin_after(now - self._t_submit, state.info.type == "cpu")
+            # (Longer than the run when the wait began after its end: a longer spin, cut
+            # short by the fence.)
+            self._spin = spin_after(_clock() - self._t_submit, state.cpu_device)
             # The common case in one lock section (re-evaluation latency): leave, then
             # complete. Cut short, the caller's finally leaves and the sequence stays
             # running until the next wait or collect completes it.
