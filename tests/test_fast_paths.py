@@ -366,3 +366,66 @@ def test_recorder_fast_accesses_match_use(monkeypatch):
             assert (fast.written, fast.read, fast.src_stages, fast.src_access) == \
                 (slow.written, slow.read, slow.src_stages, slow.src_access)
         calls.clear()
+
+
+def test_algorithm_signatures_skip_only_checks_that_passed(mgr, glsl, monkeypatch):
+    """An algorithm over tensors of the count, dtypes and sizes an earlier one of the same
+    module was made with (a signature in Reflections.derived) skips the binding, dtype,
+    size and workgroup checks: it gets the full path's workgroup and results, and tensor
+    lists that differ in any of those, or in reinterpret=, get the full path's errors."""
+    from scopedgpu.algorithm import Algorithm
+    spirv = glsl(GAPPED)
+    derived = mgr._state.reflections.derived
+    x = np.linspace(-4, 4, 200, dtype=np.float32)
+    tx, ty, short = mgr.tensor(x), mgr.empty(200), mgr.empty(70)
+    ints = mgr.tensor(np.arange(200, dtype=np.int32))
+    push = [1.5, 0.25, -0.0]
+    full_checks = []
+    check = Algorithm._check_bindings
+    monkeypatch.setattr(Algorithm, "_check_bindings",
+                        staticmethod(lambda *a: full_checks.append(1) or check(*a)))
+    cases = [([tx, ty], {}), ([short, ty], {}), ([tx, short], {}),
+             ([ints, ty], {"reinterpret": True}), ([tx, ty, short], {})]
+    full = []
+    for tensors, kw in cases:
+        states, outs = [], []
+        derived.clear()
+        for _ in range(3):   # the first derives, the second stores the signature
+            del full_checks[:]
+            algo = mgr.algorithm(tensors, spirv, push_consts=push, **kw)
+            states.append(_algorithm_state(algo))
+            out = tensors[1]
+            with mgr.sequence() as seq:
+                seq.record(sg.OpTensorSyncDevice(tensors)).record(sg.OpAlgoDispatch(algo))
+                seq.record(sg.OpTensorSyncLocal([out])).eval()
+            outs.append(out.numpy())
+            algo.destroy()
+        assert not full_checks   # the third took the signature
+        assert states[0] == states[1] == states[2]
+        for o in outs[1:]:
+            np.testing.assert_array_equal(o, outs[0])
+        full.append(states[0])
+    for (tensors, kw), state in zip(cases, full):   # every signature stored side by side
+        algo = mgr.algorithm(tensors, spirv, push_consts=push, **kw)
+        assert _algorithm_state(algo) == state
+        algo.destroy()
+    a, b, c = (np.float32(v) for v in push)
+    np.testing.assert_allclose(ty.numpy(), (a * x + b) - c, rtol=1e-6, atol=1e-6)
+    # Signatures stored for every case above; these differ from one in one respect each.
+    bad = [lambda: mgr.algorithm([ints, ty], spirv, push_consts=push),
+           lambda: mgr.algorithm([tx], spirv, push_consts=push),
+           lambda: mgr.algorithm([tx, ints], spirv, push_consts=push),
+           lambda: mgr.algorithm([tx, ty], spirv, push_consts=[1.0, 2.0]),
+           lambda: mgr.algorithm([], spirv, push_consts=push)]
+    for tensors, kw in cases:
+        mgr.algorithm(tensors, spirv, push_consts=push, **kw).destroy()
+    for fn in bad:
+        memo = _message(fn)
+        derived.clear()
+        assert _message(fn) == memo
+        for tensors, kw in cases:   # derive again, and store the signatures again
+            for _ in range(2):
+                mgr.algorithm(tensors, spirv, push_consts=push, **kw).destroy()
+    for t in (tx, ty, short, ints):
+        t.destroy()
+
