@@ -299,7 +299,18 @@ class Tensor(Child):
 
     def numpy(self) -> np.ndarray:
         """A copy of the host data."""
-        return self.data().copy()
+        # data()'s checks, without making the staging range the host copy first
+        # (_adopt_stage): a copy is taken either way, and adopting would copy the data
+        # once more (and cost a buffer export) for a tensor often destroyed next.
+        if self._destroyed:
+            self._check()
+        host = self._host
+        if host is None:
+            return self.data().copy()   # (raises data()'s error: no host memory)
+        check = self._engine.sync_check
+        if check is not None:   # debug mode: a kernel wrote it after its last download?
+            check.host_read(self)
+        return host.copy()
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         """numpy 2's protocol, for callers that use it directly: a copy of the host data,

@@ -429,3 +429,33 @@ def test_algorithm_signatures_skip_only_checks_that_passed(mgr, glsl, monkeypatc
     for t in (tx, ty, short, ints):
         t.destroy()
 
+
+@pytest.mark.parametrize("kind", ["device", "host", "storage"])
+def test_numpy_copies_what_data_holds_and_raises_what_it_raises(mgr, kind):
+    """Tensor.numpy() takes its copy without making the staging range data() first: the
+    same values as data().copy() at every point of a tensor's life, and the same errors
+    (a storage tensor's, a destroyed one's)."""
+    src = np.arange(64, dtype=np.float32)
+    t = mgr.tensor(src, kind=kind)
+    other = mgr.tensor(src * 3, kind="storage")
+    if kind == "storage":
+        want = _message(t.data)
+        assert _message(t.numpy) == want and want[0] is sg.ScopedGPUError
+    else:
+        first = t.numpy()   # before any data(), sync or download
+        np.testing.assert_array_equal(first, src)
+        with mgr.sequence() as seq:
+            seq.eval(sg.OpTensorSyncDevice([t]))
+            seq.eval(sg.OpTensorCopy([other, t]))
+            seq.eval(sg.OpTensorSyncLocal([t]))
+        got = t.numpy()
+        np.testing.assert_array_equal(got, src * 3)
+        np.testing.assert_array_equal(got, t.data().copy())
+        got[:] = 0   # a copy: data() keeps its values
+        np.testing.assert_array_equal(t.numpy(), src * 3)
+    view = t.data() if kind != "storage" else None
+    t.destroy()
+    other.destroy()
+    want = _message(t.data)
+    assert _message(t.numpy) == want and want[0] is sg.DestroyedError
+    del view
