@@ -206,17 +206,22 @@ class Sequence(Child):
                 self._sig += ((op.algorithm.number, op.push, op.workgroup),)
             else:
                 self._sig = None
-        objs = list(op.objects())
-        self._objs.extend(objs)
+        self._objs.extend(list(op.objects()))
         cls = type(op)
         if cls.pre_submit is not Op.pre_submit:
             self._pre_ops.append(op)
         if cls.host_read is not Op.host_read:
-            copies = (t.read_back() for t in op.host_read())
-            self._copies += tuple(c for c in copies if c is not None)
-        written = op.host_written()
-        if written:
-            self._host_written.update(handles_of(written))
+            copies = []
+            for t in op.host_read():
+                c = t.read_back()
+                if c is not None:
+                    copies.append(c)
+            if copies:
+                self._copies += tuple(copies)
+        if cls.host_written is not Op.host_written:   # (the default writes none)
+            written = op.host_written()
+            if written:
+                self._host_written.update(handles_of(written))
 
     def clear(self) -> None:
         """Forgets the recorded operations (waiting for a running submission first) and

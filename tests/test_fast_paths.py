@@ -341,8 +341,8 @@ def test_empty_keeps_its_errors(mgr):
 
 
 def test_recorder_fast_accesses_match_use(monkeypatch):
-    """use_copy() and use_compute() insert the barriers use() would, and leave the same
-    state, over random access patterns."""
+    """use_copy(), use_compute() and use_fill() insert the barriers use() would, and leave
+    the same state, over random access patterns."""
     import random
 
     from scopedgpu import _record
@@ -358,10 +358,14 @@ def test_recorder_fast_accesses_match_use(monkeypatch):
                 fast.use_copy(src, dst)
                 slow.use([(src, _record.STAGE_TRANSFER, False),
                           (dst, _record.STAGE_TRANSFER, True)])
-            else:
+            elif rng.random() < 0.7:
                 ranges = [rng.choice(allocs) for _ in range(rng.randint(0, 3))]
                 fast.use_compute(ranges)
                 slow.use([(a, _record.STAGE_COMPUTE, True) for a in ranges])
+            else:
+                a = rng.choice(allocs)
+                fast.use_fill(a)
+                slow.use([(a, _record.STAGE_TRANSFER, True)])
             assert [a for h, a in calls if h == "fast"] == [a for h, a in calls if h == "slow"]
             assert (fast.written, fast.read, fast.src_stages, fast.src_access) == \
                 (slow.written, slow.read, slow.src_stages, slow.src_access)
@@ -459,3 +463,4 @@ def test_numpy_copies_what_data_holds_and_raises_what_it_raises(mgr, kind):
     want = _message(t.data)
     assert _message(t.numpy) == want and want[0] is sg.DestroyedError
     del view
+
