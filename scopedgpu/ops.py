@@ -7,6 +7,7 @@ from typing import Any, Iterable, Protocol, Sequence as Seq
 
 import numpy as np
 
+from scopedgpu._base import all_bindable
 from scopedgpu._record import STAGE_HOST, Recorder
 from scopedgpu._shaders import builtin_spirv
 from scopedgpu.algorithm import Algorithm
@@ -60,7 +61,10 @@ class Op:
         whose commands the sequence records (itself, or one built for this sequence;
         package-internal)."""
         mgr = seq.manager
-        for obj in self.objects():
+        objs = self.objects()
+        if type(self) in _CHILD_OPS and all_bindable(objs, mgr):
+            return self   # (the ops of this module hold tensors and algorithms only)
+        for obj in objs:
             obj.check_alive()
             if obj.manager is not mgr:
                 raise ValueError(f"{type(self).__name__}: {obj!r} belongs to another manager")
@@ -271,3 +275,9 @@ class OpMemoryBarrier(Op):
 
     def record(self, rec):
         rec.full_barrier()
+
+
+# The ops whose objects() are tensors and algorithms only (checked at construction), for
+# Op.bind's one-call check; a subclass elsewhere takes the general loop.
+_CHILD_OPS = frozenset({OpTensorSyncDevice, OpTensorSyncLocal, OpTensorCopy, OpAlgoDispatch,
+                        OpMult, OpMemoryBarrier})

@@ -464,3 +464,46 @@ def test_numpy_copies_what_data_holds_and_raises_what_it_raises(mgr, kind):
     assert _message(t.numpy) == want and want[0] is sg.DestroyedError
     del view
 
+
+def test_record_checks_its_objects_as_the_general_loop_does(mgr, glsl, monkeypatch):
+    """Op.bind's one-call check of the built-in ops (every object alive and of this
+    manager) passes what the general loop passes and leaves the refusals to it: the same
+    errors for a destroyed or foreign tensor or algorithm, with the one-call check and
+    without it."""
+    from scopedgpu import ops
+    spirv = glsl(GAPPED)
+    with sg.Manager() as other:
+        a, b = mgr.tensor(np.ones(8, np.float32)), mgr.tensor(np.zeros(8, np.float32))
+        gone, foreign = mgr.tensor(np.ones(8, np.float32)), other.tensor(np.ones(8, np.float32))
+        algo = mgr.algorithm([a, b], spirv, push_consts=[2.0, 1.0, 0.0])
+        dead_algo = mgr.algorithm([a, b], spirv, push_consts=[2.0, 1.0, 0.0])
+        gone.destroy()
+        made = [lambda: sg.OpTensorSyncDevice([a, b]), lambda: sg.OpTensorSyncLocal([b]),
+                lambda: sg.OpTensorCopy([a, b]), lambda: sg.OpAlgoDispatch(algo),
+                lambda: sg.OpMult([a, a, b]), lambda: sg.OpMemoryBarrier([a])]
+        refused = [sg.OpTensorSyncDevice([a, foreign]), sg.OpTensorSyncLocal([foreign]),
+                   sg.OpTensorCopy([a, foreign]), sg.OpMemoryBarrier([b, foreign]),
+                   sg.OpAlgoDispatch(dead_algo)]
+        dead_algo.destroy()
+        refused.append(sg.OpTensorSyncDevice([a, b]))
+        refused[-1].tensors.append(gone)   # destroyed after the op was made
+        results = []
+        for fast in (True, False):
+            if not fast:
+                monkeypatch.setattr(ops, "_CHILD_OPS", frozenset())
+            with mgr.sequence() as seq:
+                for make in made:
+                    seq.record(make())
+                seq.eval()
+                errors = []
+                for op in refused:
+                    with pytest.raises((ValueError, sg.DestroyedError)) as info:
+                        seq.record(op)
+                    errors.append((type(info.value), str(info.value)))
+            results.append((errors, b.numpy()))
+        assert results[0][0] == results[1][0]
+        assert [e[0] for e in results[0][0]] == [ValueError] * 4 + [sg.DestroyedError] * 2
+        np.testing.assert_array_equal(results[0][1], results[1][1])
+        for t in (a, b, algo, foreign):
+            t.destroy()
+
