@@ -507,3 +507,63 @@ def test_record_checks_its_objects_as_the_general_loop_does(mgr, glsl, monkeypat
         for t in (a, b, algo, foreign):
             t.destroy()
 
+
+def _poll_reference(engine, status):
+    """Engine.poll_running as it was before its one-queue path: the sequences it
+    completes (in order), polling through `status`."""
+    done, blocked = [], set()
+    for ref in engine.running:
+        seq = ref()
+        if seq is None or seq.queue in blocked or seq.fence is None:
+            continue
+        if status(seq.fence) == 0:
+            done.append(seq)
+        else:
+            blocked.add(seq.queue)
+            if len(blocked) >= engine.nqueues:
+                break
+    return done
+
+
+def test_poll_running_completes_and_polls_what_the_reference_does(monkeypatch):
+    """Engine.poll_running (no list or set made unless needed, no queue read with one
+    queue) completes the sequences the reference loop completes and polls the same
+    fences in the same order, over random queues, fences and dead references."""
+    import random
+    import weakref
+
+    from scopedgpu import _engine
+
+    class FakeSeq:
+        def __init__(self, queue, fence):
+            self.queue, self.fence, self.finished = queue, fence, 0
+
+        def finish(self):
+            self.finished += 1
+
+    rng = random.Random(24)
+    for _ in range(400):
+        engine = _engine.Engine.__new__(_engine.Engine)
+        engine.nqueues = rng.randint(1, 3)
+        seqs = [FakeSeq(rng.randrange(engine.nqueues), rng.choice([None, 1, 2, 3, 4]))
+                for _ in range(rng.randint(0, 8))]
+        dead = FakeSeq(0, 1)
+        refs = [weakref.ref(s) for s in seqs]
+        refs.insert(rng.randint(0, len(refs)), weakref.ref(dead))
+        engine.running = dict.fromkeys(refs)   # (hashed while alive, as Child refs are)
+        del dead
+        signalled = {h for h in (1, 2, 3, 4) if rng.random() < 0.6}
+        polls: list = []
+
+        def status(h, polls=polls, signalled=signalled):
+            polls.append(h)
+            return 0 if h in signalled else 1
+
+        monkeypatch.setattr(_engine._vk, "seq_status", status)
+        want = _poll_reference(engine, _engine._vk.seq_status)
+        want_polls = list(polls)
+        polls.clear()
+        engine.poll_running()
+        assert [s for s in seqs if s.finished] == want
+        assert all(s.finished <= 1 for s in seqs)
+        assert polls == want_polls
