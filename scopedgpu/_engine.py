@@ -317,8 +317,12 @@ class Engine(Validation):
 
     def release(self, handle: Handle) -> None:
         """Releases now, or once every running sequence that uses the handle completed."""
-        users = {s.ref for s in self.running_users(handle)} if self.running else None
-        self.users.pop(handle, None)
+        all_users = self.users
+        users = None
+        if handle in all_users:   # (else no sequence's submission uses it)
+            if self.running:
+                users = {s.ref for s in self.running_users(handle)}
+            all_users.pop(handle, None)
         if users:
             self.deferred.append((users, handle))
         else:
