@@ -701,7 +701,7 @@ class Algorithm(Child):
             out = _vk.out("dset")
             try:
                 program = state.programs.get(spirv, info, spec, len(tensors), handle)
-                ranges = [t.gpu_range for t in tensors]
+                ranges = self._ranges = [t.gpu_range for t in tensors]
                 _vk.dset_create(state.dev, program.handle, [r.block.handle for r in ranges],
                                 [r.offset for r in ranges], [t.nbytes for t in tensors], out,
                                 f"creating the descriptor set of {what}")
@@ -906,6 +906,13 @@ class Algorithm(Child):
     def bound(self) -> list[Tensor]:
         """The bound tensors themselves, not a copy (package-internal)."""
         return self._tensors
+
+    @property
+    def bound_ranges(self) -> list[Any]:
+        """The pool ranges of the bound tensors, binding i's at i: what a dispatch
+        accesses (package-internal; a tensor's range never changes while it lives, and a
+        dispatch is recorded only while every bound tensor does)."""
+        return self._ranges
 
     @property
     def push_bytes(self) -> bytes:

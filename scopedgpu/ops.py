@@ -104,8 +104,9 @@ class OpTensorSyncDevice(Op):
             gpu = t.gpu_range
             if t.kind == "device":
                 stage = t.stage_range
-                if t.ranges.fresh:
-                    rec.touch(t.ranges, True)
+                th = t.ranges
+                if th.fresh:
+                    rec.touch(th, True)
                 rec.use_copy(stage, gpu)
                 rec.copy(stage, gpu, t.nbytes)
             else:  # host tensor: the host write before submission is all it takes
@@ -137,8 +138,9 @@ class OpTensorSyncLocal(Op):
             gpu = t.gpu_range
             if t.kind == "device":
                 stage = t.stage_range
-                if t.ranges.fresh:
-                    rec.touch(t.ranges, False)
+                th = t.ranges
+                if th.fresh:
+                    rec.touch(th, False)
                 rec.use_copy(gpu, stage)
                 rec.copy(gpu, stage, t.nbytes)
             else:
@@ -207,9 +209,10 @@ class OpAlgoDispatch(Op):
     def record(self, rec):
         algo = self.algorithm
         for t in algo.bound:
-            if t.ranges.fresh:   # (its writes are not known: zeroed first)
-                rec.touch(t.ranges, False)
-        rec.use_compute([t.gpu_range for t in algo.bound])
+            th = t.ranges
+            if th.fresh:   # (its writes are not known: zeroed first)
+                rec.touch(th, False)
+        rec.use_compute(algo.bound_ranges)
         # a live algorithm: eval checked objects() first
         program, dset = algo.dispatch_handles()
         if self.parts is None:
