@@ -100,10 +100,12 @@ class Sequence(Child):
             try:
                 if not timestamps:
                     sub = state.seq_cache.take(queue, handle)
-                if sub is None or sub.seq is None:   # (an entry the cache's drop() cut short)
+                h = None if sub is None else sub.seq
+                if sub is None or h is None:   # (an entry the cache's drop() cut short)
                     sub = Submission(queue, self._nqueries, owner=handle,
                                      recyclable=not timestamps, label="a sequence")
                     sub.create(state, f"creating sequence {name!r} on queue {queue}")
+                    h = sub.seq
                 handle.sub = sub
                 super().__init__(manager, engine, handle)
                 state.sequences.add(self)
@@ -118,7 +120,7 @@ class Sequence(Child):
                 raise
         self._state = state
         self._sub = sub
-        self._h = sub.seq      # the sg_seq (None once destroyed), for the hot paths
+        self._h = h            # the sg_seq (None once destroyed), for the hot paths
         self._ops: list[tuple[Op, Op]] = []      # (op as recorded by the user, op recorded)
         self._dirty = True
         self._running = False
@@ -317,7 +319,10 @@ class Sequence(Child):
         # use the same memory: wait for those first.
         written = self._host_written
         if written and state.running:
+            users = state.users
             for th in written:
+                if th not in users:
+                    continue   # (no submission uses it)
                 for other in state.running_users(th, self):
                     if other._running:
                         other._wait_locked()

@@ -419,8 +419,11 @@ class Tensor(Child):
         if stage is None or owner is None or host is None or not self._nbytes:
             self._lent = True
             return
-        with self._engine.lock:
-            if self._engine.running:
+        engine = self._engine
+        if engine.running:
+            return   # (read again under the lock below: this only spares taking it)
+        with engine.lock:
+            if engine.running:
                 return
             # One exporter object per tensor under every view of data(): numpy collapses
             # the bases of slices onto it, so it lives exactly as long as some view does.
