@@ -621,14 +621,15 @@ class Algorithm(Child):
         # Tensors of the dtypes and sizes an earlier algorithm of this module (derived,
         # without a workgroup) was made with: the binding, dtype and size checks below
         # passed for them and pass again, and the default workgroup is the one it got
-        # (derived[5]: signature -> workgroup). Errors come from the full path only.
+        # (derived[5]: signature -> (workgroup, whether it exceeds the device's
+        # maxComputeWorkGroupCount)). Errors come from the full path only.
         sig = None
-        known_wg = None
+        known = None
         if derived is not None and workgroup is None:
             sig = (not reinterpret, *[(t.dtype, t.nbytes) for t in tensors])
-            known_wg = derived[5].get(sig)
+            known = derived[5].get(sig)
         dev = state.info
-        if known_wg is None:
+        if known is None:
             self._check_bindings(tensors, info, what, reinterpret, derived, dev)
 
         if derived is not None:
@@ -677,13 +678,14 @@ class Algorithm(Child):
             push = _pack_floats(block, push_consts)
         self._push = push if push is not None else encode_push_consts(push_consts, what, info)
         self._push_values = push_consts
-        if known_wg is None:
-            self._workgroup = self.check_workgroup(workgroup, tensors, what,
-                                                   dev.max_workgroup_count)
+        if known is None:
+            wg = self._workgroup = self.check_workgroup(workgroup, tensors, what,
+                                                        dev.max_workgroup_count)
+            oversized = self._oversized(wg)
             if sig is not None and len(derived[5]) < _SIGNATURES_KEPT:  # type: ignore[index]
-                derived[5][sig] = self._workgroup  # type: ignore[index]
+                derived[5][sig] = (wg, oversized)  # type: ignore[index]
         else:
-            self._workgroup = known_wg
+            self._workgroup, oversized = known
         self._parts: list[tuple[bytes, tuple[int, int, int]]] | None = None
         self._tensors = tensors
         self._spec_consts = spec_consts
@@ -707,8 +709,8 @@ class Algorithm(Child):
                                 f"creating the descriptor set of {what}")
                 handle.dset = out[0]
                 super().__init__(manager, engine, handle)
-                state.algorithms.add(self)
-                if self._oversized(self._workgroup):
+                state.algorithms.refs[self._ref] = None   # (ChildSet.add, inlined)
+                if oversized:
                     self._parts = self._split_parts(self._push, self._workgroup, what)
                 self._defaults = (self._push, self._workgroup, self._parts)
             except BaseException as exc:

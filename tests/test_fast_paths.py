@@ -567,3 +567,35 @@ def test_poll_running_completes_and_polls_what_the_reference_does(monkeypatch):
         assert [s for s in seqs if s.finished] == want
         assert all(s.finished <= 1 for s in seqs)
         assert polls == want_polls
+
+
+def test_algorithm_signatures_keep_dispatches_in_parts(mgr, glsl, monkeypatch):
+    """A stored signature keeps whether its default workgroup exceeds the device's
+    maxComputeWorkGroupCount: an algorithm that takes it is dispatched in the same parts,
+    with the same results, as the one that derived it (a device limit of 2 groups here,
+    so that 200 elements in groups of 64 run in two parts)."""
+    import dataclasses
+    state = mgr._state
+    monkeypatch.setattr(state, "info", dataclasses.replace(
+        state.info, max_workgroup_count=(2, *state.info.max_workgroup_count[1:])))
+    spirv = glsl(GAPPED)
+    state.reflections.derived.clear()
+    x = np.linspace(-4, 4, 200, dtype=np.float32)
+    tx = mgr.tensor(x)
+    states, outs = [], []
+    for _ in range(3):   # the first derives, the second stores, the third takes
+        ty = mgr.empty(200)
+        algo = mgr.algorithm([tx, ty], spirv, push_consts=[2.0, 1.0, 0.5])
+        states.append(_algorithm_state(algo))
+        with mgr.sequence() as seq:
+            seq.record(sg.OpTensorSyncDevice([tx])).record(sg.OpAlgoDispatch(algo))
+            seq.record(sg.OpTensorSyncLocal([ty])).eval()
+        outs.append(ty.numpy())
+        algo.destroy()
+        ty.destroy()
+    assert states[0][2] == (4, 1, 1) and states[0][5] is not None   # in parts
+    assert states[0] == states[1] == states[2]
+    want = (np.float32(2.0) * x + np.float32(1.0)) - np.float32(0.5)
+    for out in outs:
+        np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-6)
+    tx.destroy()
