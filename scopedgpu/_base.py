@@ -59,9 +59,22 @@ def first_destroyed(objs: list[Child]) -> Child | None:
     return None
 
 
+def all_bindable(objs: Any, manager: object) -> bool:
+    """Whether every object (a child) is alive and belongs to `manager`: Op.bind's checks
+    in one call, which then raises for the first that is not (False too for an object
+    that is not a child: the caller's checks say what it is)."""
+    try:
+        for obj in objs:
+            if obj._destroyed or obj._mgr is not manager:
+                return False
+    except AttributeError:
+        return False
+    return True
+
+
 def handles_of(objs: Any) -> frozenset[Handle]:
     """The handles the objects own (what a submission that uses them keeps in flight)."""
-    return frozenset(o._handle for o in objs)
+    return frozenset([o._handle for o in objs])   # (a list: quicker than a generator)
 
 
 class NoCopy:

@@ -249,27 +249,41 @@ class Engine(Validation):
         queue is polled no further: the next wait on it reports the error. (A sequence
         destroyed while it ran keeps its sg_seq until it completes; see
         Sequence.destroy.)"""
-        done: list[Any] = []
-        blocked: set[int] = set()
+        # (The list and the set are made only when needed: this runs at the start of
+        # most public calls while anything runs.)
+        done: list[Any] | None = None
+        blocked: set[int] | None = None
+        one_queue = self.nqueues == 1
         status = _vk.seq_status
         for ref in self.running:      # submission order: a submission enters it last
             seq = ref()
             if seq is None:
                 continue
-            q = seq.queue
-            if q in blocked:
-                continue
+            q = 0
+            if not one_queue:
+                q = seq.queue
+                if blocked is not None and q in blocked:
+                    continue
             h = seq.fence
             if h is None:
                 continue     # released (a closing manager's): nothing to poll
             if status(h) == 0:
-                done.append(seq)
+                if done is None:
+                    done = [seq]
+                else:
+                    done.append(seq)
             else:
-                blocked.add(q)
+                if one_queue:
+                    break
+                if blocked is None:
+                    blocked = {q}
+                else:
+                    blocked.add(q)
                 if len(blocked) >= self.nqueues:
                     break
-        for seq in done:
-            seq.finish()
+        if done is not None:
+            for seq in done:
+                seq.finish()
 
     def reap_streams(self, deadline: float | None = None) -> None:
         """Frees what stream() calls interrupted by Ctrl-C left, once the GPU is done with
@@ -284,15 +298,17 @@ class Engine(Validation):
         to those of its next (new: empty at its end). Safe to run again: a run cut short
         leaves extra entries, which readers ignore, and the caller repeats it."""
         users = self.users
+        get = users.get
         for h in old:
-            if h not in new:
-                refs = users.get(h)
-                if refs is not None:
-                    refs.discard(ref)
-                    if not refs:
-                        users.pop(h, None)
+            if new and h in new:
+                continue
+            refs = get(h)
+            if refs is not None:
+                refs.discard(ref)
+                if not refs:
+                    users.pop(h, None)
         for h in new:
-            refs = users.get(h)
+            refs = get(h)
             if refs is None:
                 users[h] = {ref}
             else:
@@ -317,8 +333,12 @@ class Engine(Validation):
 
     def release(self, handle: Handle) -> None:
         """Releases now, or once every running sequence that uses the handle completed."""
-        users = {s.ref for s in self.running_users(handle)} if self.running else None
-        self.users.pop(handle, None)
+        all_users = self.users
+        users = None
+        if handle in all_users:   # (else no sequence's submission uses it)
+            if self.running:
+                users = {s.ref for s in self.running_users(handle)}
+            all_users.pop(handle, None)
         if users:
             self.deferred.append((users, handle))
         else:

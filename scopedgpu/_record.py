@@ -74,7 +74,7 @@ class Recorder:
         self.touched.append(th)
         if not whole_write:
             a = th.gpu
-            self.use([(a, STAGE_TRANSFER, True)])
+            self.use_fill(a)
             _vk.seq_zero(self.h, a.block.handle, a.offset, a.size)
             self.zeroed = True
 
@@ -109,6 +109,16 @@ class Recorder:
         self.src_stages |= STAGE_TRANSFER
         self.read.add(src)
         written.add(dst)
+        self.src_access |= ACCESS_TRANSFER_WRITE
+
+    def use_fill(self, a: Allocation) -> None:
+        """use([(a, STAGE_TRANSFER, True)]), the access of a fill (a fresh range's zeros),
+        without the list."""
+        written = self.written
+        if a in written or a in self.read:
+            self.barrier(STAGES_GPU, ACCESS_ALL_GPU)
+        self.src_stages |= STAGE_TRANSFER
+        written.add(a)
         self.src_access |= ACCESS_TRANSFER_WRITE
 
     def use_compute(self, ranges: list[Allocation]) -> None:

@@ -548,6 +548,9 @@ def _bounded(wg: tuple[int, int, int], what: str,
     return wg
 
 
+# Signatures (tensor dtypes and sizes) whose checks an algorithm skips, kept per module.
+_SIGNATURES_KEPT = 64
+
 # gl_GlobalInvocationID and the bases a dispatch in parts pushes are 32-bit uints.
 _UINT32_END = 1 << 32
 
@@ -615,32 +618,19 @@ class Algorithm(Child):
         derived = reflections.derived.get(key) if spec_consts is None else None
         if derived is not None and derived[0] is not info:
             derived = None
-        # Bindings are matched by number: binding i is tensors[i]. A tensor whose binding
-        # the module does not use (never declared, or removed by an optimizer) is bound
-        # and skipped by the shader; every binding the module uses needs a tensor.
-        unbound = [b for b in info.bindings if b >= len(tensors)] if (
-            derived is None or len(tensors) < derived[4]) else None
-        if unbound:
-            raise ShaderError(
-                f"{what}: the shader declares storage-buffer bindings {info.bindings}, but "
-                f"only {len(tensors)} tensors were given (binding i is tensors[i], so "
-                f"binding {unbound[0]} needs at least {unbound[-1] + 1} tensors)")
-        check_element_types(tensors, info, what, reinterpret)
+        # Tensors of the dtypes and sizes an earlier algorithm of this module (derived,
+        # without a workgroup) was made with: the binding, dtype and size checks below
+        # passed for them and pass again, and the default workgroup is the one it got
+        # (derived[5]: signature -> (workgroup, whether it exceeds the device's
+        # maxComputeWorkGroupCount)). Errors come from the full path only.
+        sig = None
+        known = None
+        if derived is not None and workgroup is None:
+            sig = (not reinterpret, *[(t.dtype, t.nbytes) for t in tensors])
+            known = derived[5].get(sig)
         dev = state.info
-        limit = dev.max_storage_buffer_range
-        for i, t in enumerate(tensors):
-            if t.nbytes > limit:
-                # VkWriteDescriptorSet: a storage buffer's range "must be less than or
-                # equal to VkPhysicalDeviceLimits::maxStorageBufferRange".
-                raise ValueError(
-                    f"{what}: binding {i}, {t!r}, is {t.nbytes} bytes, more than this "
-                    f"device's maxStorageBufferRange ({limit} bytes) that one binding can "
-                    f"span: use smaller tensors (at most {limit} bytes each), split the "
-                    "data over several bindings, or run on a device with a larger "
-                    "maxStorageBufferRange")
-        if len(tensors) > dev.max_storage_buffers_per_stage:
-            raise ValueError(f"{what}: this device binds at most "
-                             f"{dev.max_storage_buffers_per_stage} storage buffers per shader")
+        if known is None:
+            self._check_bindings(tensors, info, what, reinterpret, derived, dev)
 
         if derived is not None:
             spec, local, block = derived[1], derived[2], derived[3]
@@ -678,7 +668,7 @@ class Algorithm(Child):
             block = _float_block(info)
             if spec_consts is None:
                 need = max(info.bindings) + 1 if info.bindings else 0
-                reflections.derived[key] = (info, spec, local, block, need)
+                reflections.derived[key] = (info, spec, local, block, need, {})
         self._info = info
         self._block = block
         self._engine_info = dev   # the DeviceInfo (check_workgroup runs before Child.__init__)
@@ -688,7 +678,14 @@ class Algorithm(Child):
             push = _pack_floats(block, push_consts)
         self._push = push if push is not None else encode_push_consts(push_consts, what, info)
         self._push_values = push_consts
-        self._workgroup = self.check_workgroup(workgroup, tensors, what, dev.max_workgroup_count)
+        if known is None:
+            wg = self._workgroup = self.check_workgroup(workgroup, tensors, what,
+                                                        dev.max_workgroup_count)
+            oversized = self._oversized(wg)
+            if sig is not None and len(derived[5]) < _SIGNATURES_KEPT:  # type: ignore[index]
+                derived[5][sig] = (wg, oversized)  # type: ignore[index]
+        else:
+            self._workgroup, oversized = known
         self._parts: list[tuple[bytes, tuple[int, int, int]]] | None = None
         self._tensors = tensors
         self._spec_consts = spec_consts
@@ -706,14 +703,14 @@ class Algorithm(Child):
             out = _vk.out("dset")
             try:
                 program = state.programs.get(spirv, info, spec, len(tensors), handle)
-                ranges = [t.gpu_range for t in tensors]
+                ranges = self._ranges = [t.gpu_range for t in tensors]
                 _vk.dset_create(state.dev, program.handle, [r.block.handle for r in ranges],
                                 [r.offset for r in ranges], [t.nbytes for t in tensors], out,
                                 f"creating the descriptor set of {what}")
                 handle.dset = out[0]
                 super().__init__(manager, engine, handle)
-                state.algorithms.add(self)
-                if self._oversized(self._workgroup):
+                state.algorithms.refs[self._ref] = None   # (ChildSet.add, inlined)
+                if oversized:
                     self._parts = self._split_parts(self._push, self._workgroup, what)
                 self._defaults = (self._push, self._workgroup, self._parts)
             except BaseException as exc:
@@ -733,6 +730,37 @@ class Algorithm(Child):
                 except BaseException:
                     self.destroy()
                     raise
+
+    @staticmethod
+    def _check_bindings(tensors: list[Tensor], info: ShaderInfo, what: str, reinterpret: bool,
+                        derived: Any, dev: Any) -> None:
+        """The checks of the tensors against the module's bindings and the device's
+        limits (each depends on the tensors' count, dtypes and sizes alone)."""
+        # Bindings are matched by number: binding i is tensors[i]. A tensor whose binding
+        # the module does not use (never declared, or removed by an optimizer) is bound
+        # and skipped by the shader; every binding the module uses needs a tensor.
+        unbound = [b for b in info.bindings if b >= len(tensors)] if (
+            derived is None or len(tensors) < derived[4]) else None
+        if unbound:
+            raise ShaderError(
+                f"{what}: the shader declares storage-buffer bindings {info.bindings}, but "
+                f"only {len(tensors)} tensors were given (binding i is tensors[i], so "
+                f"binding {unbound[0]} needs at least {unbound[-1] + 1} tensors)")
+        check_element_types(tensors, info, what, reinterpret)
+        limit = dev.max_storage_buffer_range
+        for i, t in enumerate(tensors):
+            if t.nbytes > limit:
+                # VkWriteDescriptorSet: a storage buffer's range "must be less than or
+                # equal to VkPhysicalDeviceLimits::maxStorageBufferRange".
+                raise ValueError(
+                    f"{what}: binding {i}, {t!r}, is {t.nbytes} bytes, more than this "
+                    f"device's maxStorageBufferRange ({limit} bytes) that one binding can "
+                    f"span: use smaller tensors (at most {limit} bytes each), split the "
+                    "data over several bindings, or run on a device with a larger "
+                    "maxStorageBufferRange")
+        if len(tensors) > dev.max_storage_buffers_per_stage:
+            raise ValueError(f"{what}: this device binds at most "
+                             f"{dev.max_storage_buffers_per_stage} storage buffers per shader")
 
     def check_workgroup(self, workgroup: Seq[int] | None, tensors: list[Tensor],
                         what: str, maxc: tuple[int, int, int]) -> tuple[int, int, int]:
@@ -880,6 +908,13 @@ class Algorithm(Child):
     def bound(self) -> list[Tensor]:
         """The bound tensors themselves, not a copy (package-internal)."""
         return self._tensors
+
+    @property
+    def bound_ranges(self) -> list[Any]:
+        """The pool ranges of the bound tensors, binding i's at i: what a dispatch
+        accesses (package-internal; a tensor's range never changes while it lives, and a
+        dispatch is recorded only while every bound tensor does)."""
+        return self._ranges
 
     @property
     def push_bytes(self) -> bytes:

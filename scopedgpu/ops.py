@@ -7,6 +7,7 @@ from typing import Any, Iterable, Protocol, Sequence as Seq
 
 import numpy as np
 
+from scopedgpu._base import all_bindable
 from scopedgpu._record import STAGE_HOST, Recorder
 from scopedgpu._shaders import builtin_spirv
 from scopedgpu.algorithm import Algorithm
@@ -60,7 +61,10 @@ class Op:
         whose commands the sequence records (itself, or one built for this sequence;
         package-internal)."""
         mgr = seq.manager
-        for obj in self.objects():
+        objs = self.objects()
+        if type(self) in _CHILD_OPS and all_bindable(objs, mgr):
+            return self   # (the ops of this module hold tensors and algorithms only)
+        for obj in objs:
             obj.check_alive()
             if obj.manager is not mgr:
                 raise ValueError(f"{type(self).__name__}: {obj!r} belongs to another manager")
@@ -100,8 +104,9 @@ class OpTensorSyncDevice(Op):
             gpu = t.gpu_range
             if t.kind == "device":
                 stage = t.stage_range
-                if t.ranges.fresh:
-                    rec.touch(t.ranges, True)
+                th = t.ranges
+                if th.fresh:
+                    rec.touch(th, True)
                 rec.use_copy(stage, gpu)
                 rec.copy(stage, gpu, t.nbytes)
             else:  # host tensor: the host write before submission is all it takes
@@ -133,8 +138,9 @@ class OpTensorSyncLocal(Op):
             gpu = t.gpu_range
             if t.kind == "device":
                 stage = t.stage_range
-                if t.ranges.fresh:
-                    rec.touch(t.ranges, False)
+                th = t.ranges
+                if th.fresh:
+                    rec.touch(th, False)
                 rec.use_copy(gpu, stage)
                 rec.copy(gpu, stage, t.nbytes)
             else:
@@ -203,9 +209,10 @@ class OpAlgoDispatch(Op):
     def record(self, rec):
         algo = self.algorithm
         for t in algo.bound:
-            if t.ranges.fresh:   # (its writes are not known: zeroed first)
-                rec.touch(t.ranges, False)
-        rec.use_compute([t.gpu_range for t in algo.bound])
+            th = t.ranges
+            if th.fresh:   # (its writes are not known: zeroed first)
+                rec.touch(th, False)
+        rec.use_compute(algo.bound_ranges)
         # a live algorithm: eval checked objects() first
         program, dset = algo.dispatch_handles()
         if self.parts is None:
@@ -271,3 +278,9 @@ class OpMemoryBarrier(Op):
 
     def record(self, rec):
         rec.full_barrier()
+
+
+# The ops whose objects() are tensors and algorithms only (checked at construction), for
+# Op.bind's one-call check; a subclass elsewhere takes the general loop.
+_CHILD_OPS = frozenset({OpTensorSyncDevice, OpTensorSyncLocal, OpTensorCopy, OpAlgoDispatch,
+                        OpMult, OpMemoryBarrier})

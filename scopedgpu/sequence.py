@@ -101,10 +101,12 @@ class Sequence(Child):
             try:
                 if not timestamps:
                     sub = state.seq_cache.take(queue, handle)
-                if sub is None or sub.seq is None:   # (an entry the cache's drop() cut short)
+                h = None if sub is None else sub.seq
+                if sub is None or h is None:   # (an entry the cache's drop() cut short)
                     sub = Submission(queue, self._nqueries, owner=handle,
                                      recyclable=not timestamps, label="a sequence")
                     sub.create(state, f"creating sequence {name!r} on queue {queue}")
+                    h = sub.seq
                 handle.sub = sub
                 super().__init__(manager, engine, handle)
                 state.sequences.add(self)
@@ -119,7 +121,7 @@ class Sequence(Child):
                 raise
         self._state = state
         self._sub = sub
-        self._h = sub.seq      # the sg_seq (None once destroyed), for the hot paths
+        self._h = h            # the sg_seq (None once destroyed), for the hot paths
         self._ops: list[tuple[Op, Op]] = []      # (op as recorded by the user, op recorded)
         self._dirty = True
         self._running = False
@@ -211,17 +213,22 @@ class Sequence(Child):
                 self._sig += ((op.algorithm.number, op.push, op.workgroup),)
             else:
                 self._sig = None
-        objs = list(op.objects())
-        self._objs.extend(objs)
+        self._objs.extend(list(op.objects()))
         cls = type(op)
         if cls.pre_submit is not Op.pre_submit:
             self._pre_ops.append(op)
         if cls.host_read is not Op.host_read:
-            copies = (t.read_back() for t in op.host_read())
-            self._copies += tuple(c for c in copies if c is not None)
-        written = op.host_written()
-        if written:
-            self._host_written.update(handles_of(written))
+            copies = []
+            for t in op.host_read():
+                c = t.read_back()
+                if c is not None:
+                    copies.append(c)
+            if copies:
+                self._copies += tuple(copies)
+        if cls.host_written is not Op.host_written:   # (the default writes none)
+            written = op.host_written()
+            if written:
+                self._host_written.update(handles_of(written))
 
     def clear(self) -> None:
         """Forgets the recorded operations (waiting for a running submission first) and
@@ -317,7 +324,10 @@ class Sequence(Child):
         # use the same memory: wait for those first.
         written = self._host_written
         if written and state.running:
+            users = state.users
             for th in written:
+                if th not in users:
+                    continue   # (no submission uses it)
                 for other in state.running_users(th, self):
                     if other._running:
                         other._wait_locked()

@@ -299,7 +299,18 @@ class Tensor(Child):
 
     def numpy(self) -> np.ndarray:
         """A copy of the host data."""
-        return self.data().copy()
+        # data()'s checks, without making the staging range the host copy first
+        # (_adopt_stage): a copy is taken either way, and adopting would copy the data
+        # once more (and cost a buffer export) for a tensor often destroyed next.
+        if self._destroyed:
+            self._check()
+        host = self._host
+        if host is None:
+            return self.data().copy()   # (raises data()'s error: no host memory)
+        check = self._engine.sync_check
+        if check is not None:   # debug mode: a kernel wrote it after its last download?
+            check.host_read(self)
+        return host.copy()
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         """numpy 2's protocol, for callers that use it directly: a copy of the host data,
@@ -408,8 +419,11 @@ class Tensor(Child):
         if stage is None or owner is None or host is None or not self._nbytes:
             self._lent = True
             return
-        with self._engine.lock:
-            if self._engine.running:
+        engine = self._engine
+        if engine.running:
+            return   # (read again under the lock below: this only spares taking it)
+        with engine.lock:
+            if engine.running:
                 return
             # One exporter object per tensor under every view of data(): numpy collapses
             # the bases of slices onto it, so it lives exactly as long as some view does.

@@ -447,7 +447,7 @@ def test_serve_parts_times_every_piece(tmp_path, capsys):
     assert serve_parts.main(["--seconds", "0.01", "--runs", "1", "--json", str(path)]) == 0
     figures = json.loads(path.read_text())
     out = capsys.readouterr().out
-    assert len(figures) == 10
+    assert len(figures) == 13
     for name, us in figures.items():
         assert us > 0, name
         assert name in out

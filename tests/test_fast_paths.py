@@ -341,8 +341,8 @@ def test_empty_keeps_its_errors(mgr):
 
 
 def test_recorder_fast_accesses_match_use(monkeypatch):
-    """use_copy() and use_compute() insert the barriers use() would, and leave the same
-    state, over random access patterns."""
+    """use_copy(), use_compute() and use_fill() insert the barriers use() would, and leave
+    the same state, over random access patterns."""
     import random
 
     from scopedgpu import _record
@@ -358,11 +358,244 @@ def test_recorder_fast_accesses_match_use(monkeypatch):
                 fast.use_copy(src, dst)
                 slow.use([(src, _record.STAGE_TRANSFER, False),
                           (dst, _record.STAGE_TRANSFER, True)])
-            else:
+            elif rng.random() < 0.7:
                 ranges = [rng.choice(allocs) for _ in range(rng.randint(0, 3))]
                 fast.use_compute(ranges)
                 slow.use([(a, _record.STAGE_COMPUTE, True) for a in ranges])
+            else:
+                a = rng.choice(allocs)
+                fast.use_fill(a)
+                slow.use([(a, _record.STAGE_TRANSFER, True)])
             assert [a for h, a in calls if h == "fast"] == [a for h, a in calls if h == "slow"]
             assert (fast.written, fast.read, fast.src_stages, fast.src_access) == \
                 (slow.written, slow.read, slow.src_stages, slow.src_access)
         calls.clear()
+
+
+def test_algorithm_signatures_skip_only_checks_that_passed(mgr, glsl, monkeypatch):
+    """An algorithm over tensors of the count, dtypes and sizes an earlier one of the same
+    module was made with (a signature in Reflections.derived) skips the binding, dtype,
+    size and workgroup checks: it gets the full path's workgroup and results, and tensor
+    lists that differ in any of those, or in reinterpret=, get the full path's errors."""
+    from scopedgpu.algorithm import Algorithm
+    spirv = glsl(GAPPED)
+    derived = mgr._state.reflections.derived
+    x = np.linspace(-4, 4, 200, dtype=np.float32)
+    tx, ty, short = mgr.tensor(x), mgr.empty(200), mgr.empty(70)
+    ints = mgr.tensor(np.arange(200, dtype=np.int32))
+    push = [1.5, 0.25, -0.0]
+    full_checks = []
+    check = Algorithm._check_bindings
+    monkeypatch.setattr(Algorithm, "_check_bindings",
+                        staticmethod(lambda *a: full_checks.append(1) or check(*a)))
+    cases = [([tx, ty], {}), ([short, ty], {}), ([tx, short], {}),
+             ([ints, ty], {"reinterpret": True}), ([tx, ty, short], {})]
+    full = []
+    for tensors, kw in cases:
+        states, outs = [], []
+        derived.clear()
+        for _ in range(3):   # the first derives, the second stores the signature
+            del full_checks[:]
+            algo = mgr.algorithm(tensors, spirv, push_consts=push, **kw)
+            states.append(_algorithm_state(algo))
+            out = tensors[1]
+            with mgr.sequence() as seq:
+                seq.record(sg.OpTensorSyncDevice(tensors)).record(sg.OpAlgoDispatch(algo))
+                seq.record(sg.OpTensorSyncLocal([out])).eval()
+            outs.append(out.numpy())
+            algo.destroy()
+        assert not full_checks   # the third took the signature
+        assert states[0] == states[1] == states[2]
+        for o in outs[1:]:
+            np.testing.assert_array_equal(o, outs[0])
+        full.append(states[0])
+    for (tensors, kw), state in zip(cases, full):   # every signature stored side by side
+        algo = mgr.algorithm(tensors, spirv, push_consts=push, **kw)
+        assert _algorithm_state(algo) == state
+        algo.destroy()
+    a, b, c = (np.float32(v) for v in push)
+    np.testing.assert_allclose(ty.numpy(), (a * x + b) - c, rtol=1e-6, atol=1e-6)
+    # Signatures stored for every case above; these differ from one in one respect each.
+    bad = [lambda: mgr.algorithm([ints, ty], spirv, push_consts=push),
+           lambda: mgr.algorithm([tx], spirv, push_consts=push),
+           lambda: mgr.algorithm([tx, ints], spirv, push_consts=push),
+           lambda: mgr.algorithm([tx, ty], spirv, push_consts=[1.0, 2.0]),
+           lambda: mgr.algorithm([], spirv, push_consts=push)]
+    for tensors, kw in cases:
+        mgr.algorithm(tensors, spirv, push_consts=push, **kw).destroy()
+    for fn in bad:
+        memo = _message(fn)
+        derived.clear()
+        assert _message(fn) == memo
+        for tensors, kw in cases:   # derive again, and store the signatures again
+            for _ in range(2):
+                mgr.algorithm(tensors, spirv, push_consts=push, **kw).destroy()
+    for t in (tx, ty, short, ints):
+        t.destroy()
+
+
+@pytest.mark.parametrize("kind", ["device", "host", "storage"])
+def test_numpy_copies_what_data_holds_and_raises_what_it_raises(mgr, kind):
+    """Tensor.numpy() takes its copy without making the staging range data() first: the
+    same values as data().copy() at every point of a tensor's life, and the same errors
+    (a storage tensor's, a destroyed one's)."""
+    src = np.arange(64, dtype=np.float32)
+    t = mgr.tensor(src, kind=kind)
+    other = mgr.tensor(src * 3, kind="storage")
+    if kind == "storage":
+        want = _message(t.data)
+        assert _message(t.numpy) == want and want[0] is sg.ScopedGPUError
+    else:
+        first = t.numpy()   # before any data(), sync or download
+        np.testing.assert_array_equal(first, src)
+        with mgr.sequence() as seq:
+            seq.eval(sg.OpTensorSyncDevice([t]))
+            seq.eval(sg.OpTensorCopy([other, t]))
+            seq.eval(sg.OpTensorSyncLocal([t]))
+        got = t.numpy()
+        np.testing.assert_array_equal(got, src * 3)
+        np.testing.assert_array_equal(got, t.data().copy())
+        got[:] = 0   # a copy: data() keeps its values
+        np.testing.assert_array_equal(t.numpy(), src * 3)
+    view = t.data() if kind != "storage" else None
+    t.destroy()
+    other.destroy()
+    want = _message(t.data)
+    assert _message(t.numpy) == want and want[0] is sg.DestroyedError
+    del view
+
+
+def test_record_checks_its_objects_as_the_general_loop_does(mgr, glsl, monkeypatch):
+    """Op.bind's one-call check of the built-in ops (every object alive and of this
+    manager) passes what the general loop passes and leaves the refusals to it: the same
+    errors for a destroyed or foreign tensor or algorithm, with the one-call check and
+    without it."""
+    from scopedgpu import ops
+    spirv = glsl(GAPPED)
+    with sg.Manager() as other:
+        a, b = mgr.tensor(np.ones(8, np.float32)), mgr.tensor(np.zeros(8, np.float32))
+        gone, foreign = mgr.tensor(np.ones(8, np.float32)), other.tensor(np.ones(8, np.float32))
+        algo = mgr.algorithm([a, b], spirv, push_consts=[2.0, 1.0, 0.0])
+        dead_algo = mgr.algorithm([a, b], spirv, push_consts=[2.0, 1.0, 0.0])
+        gone.destroy()
+        made = [lambda: sg.OpTensorSyncDevice([a, b]), lambda: sg.OpTensorSyncLocal([b]),
+                lambda: sg.OpTensorCopy([a, b]), lambda: sg.OpAlgoDispatch(algo),
+                lambda: sg.OpMult([a, a, b]), lambda: sg.OpMemoryBarrier([a])]
+        refused = [sg.OpTensorSyncDevice([a, foreign]), sg.OpTensorSyncLocal([foreign]),
+                   sg.OpTensorCopy([a, foreign]), sg.OpMemoryBarrier([b, foreign]),
+                   sg.OpAlgoDispatch(dead_algo)]
+        dead_algo.destroy()
+        refused.append(sg.OpTensorSyncDevice([a, b]))
+        refused[-1].tensors.append(gone)   # destroyed after the op was made
+        results = []
+        for fast in (True, False):
+            if not fast:
+                monkeypatch.setattr(ops, "_CHILD_OPS", frozenset())
+            with mgr.sequence() as seq:
+                for make in made:
+                    seq.record(make())
+                seq.eval()
+                errors = []
+                for op in refused:
+                    with pytest.raises((ValueError, sg.DestroyedError)) as info:
+                        seq.record(op)
+                    errors.append((type(info.value), str(info.value)))
+            results.append((errors, b.numpy()))
+        assert results[0][0] == results[1][0]
+        assert [e[0] for e in results[0][0]] == [ValueError] * 4 + [sg.DestroyedError] * 2
+        np.testing.assert_array_equal(results[0][1], results[1][1])
+        for t in (a, b, algo, foreign):
+            t.destroy()
+
+
+def _poll_reference(engine, status):
+    """Engine.poll_running as it was before its one-queue path: the sequences it
+    completes (in order), polling through `status`."""
+    done, blocked = [], set()
+    for ref in engine.running:
+        seq = ref()
+        if seq is None or seq.queue in blocked or seq.fence is None:
+            continue
+        if status(seq.fence) == 0:
+            done.append(seq)
+        else:
+            blocked.add(seq.queue)
+            if len(blocked) >= engine.nqueues:
+                break
+    return done
+
+
+def test_poll_running_completes_and_polls_what_the_reference_does(monkeypatch):
+    """Engine.poll_running (no list or set made unless needed, no queue read with one
+    queue) completes the sequences the reference loop completes and polls the same
+    fences in the same order, over random queues, fences and dead references."""
+    import random
+    import weakref
+
+    from scopedgpu import _engine
+
+    class FakeSeq:
+        def __init__(self, queue, fence):
+            self.queue, self.fence, self.finished = queue, fence, 0
+
+        def finish(self):
+            self.finished += 1
+
+    rng = random.Random(24)
+    for _ in range(400):
+        engine = _engine.Engine.__new__(_engine.Engine)
+        engine.nqueues = rng.randint(1, 3)
+        seqs = [FakeSeq(rng.randrange(engine.nqueues), rng.choice([None, 1, 2, 3, 4]))
+                for _ in range(rng.randint(0, 8))]
+        dead = FakeSeq(0, 1)
+        refs = [weakref.ref(s) for s in seqs]
+        refs.insert(rng.randint(0, len(refs)), weakref.ref(dead))
+        engine.running = dict.fromkeys(refs)   # (hashed while alive, as Child refs are)
+        del dead
+        signalled = {h for h in (1, 2, 3, 4) if rng.random() < 0.6}
+        polls: list = []
+
+        def status(h, polls=polls, signalled=signalled):
+            polls.append(h)
+            return 0 if h in signalled else 1
+
+        monkeypatch.setattr(_engine._vk, "seq_status", status)
+        want = _poll_reference(engine, _engine._vk.seq_status)
+        want_polls = list(polls)
+        polls.clear()
+        engine.poll_running()
+        assert [s for s in seqs if s.finished] == want
+        assert all(s.finished <= 1 for s in seqs)
+        assert polls == want_polls
+
+
+def test_algorithm_signatures_keep_dispatches_in_parts(mgr, glsl, monkeypatch):
+    """A stored signature keeps whether its default workgroup exceeds the device's
+    maxComputeWorkGroupCount: an algorithm that takes it is dispatched in the same parts,
+    with the same results, as the one that derived it (a device limit of 2 groups here,
+    so that 200 elements in groups of 64 run in two parts)."""
+    import dataclasses
+    state = mgr._state
+    monkeypatch.setattr(state, "info", dataclasses.replace(
+        state.info, max_workgroup_count=(2, *state.info.max_workgroup_count[1:])))
+    spirv = glsl(GAPPED)
+    state.reflections.derived.clear()
+    x = np.linspace(-4, 4, 200, dtype=np.float32)
+    tx = mgr.tensor(x)
+    states, outs = [], []
+    for _ in range(3):   # the first derives, the second stores, the third takes
+        ty = mgr.empty(200)
+        algo = mgr.algorithm([tx, ty], spirv, push_consts=[2.0, 1.0, 0.5])
+        states.append(_algorithm_state(algo))
+        with mgr.sequence() as seq:
+            seq.record(sg.OpTensorSyncDevice([tx])).record(sg.OpAlgoDispatch(algo))
+            seq.record(sg.OpTensorSyncLocal([ty])).eval()
+        outs.append(ty.numpy())
+        algo.destroy()
+        ty.destroy()
+    assert states[0][2] == (4, 1, 1) and states[0][5] is not None   # in parts
+    assert states[0] == states[1] == states[2]
+    want = (np.float32(2.0) * x + np.float32(1.0)) - np.float32(0.5)
+    for out in outs:
+        np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-6)
+    tx.destroy()

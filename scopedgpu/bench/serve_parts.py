@@ -6,8 +6,10 @@ synchronously and through scopedgpu.aio.
     python -m scopedgpu.bench.serve_parts [--seconds 0.3] [--runs 5] [--json FILE]
 
 Each piece is a loop of the step and its undoing (made, then destroyed), so its figure
-is the cost of both; "request, eval()" is the whole request with a plain wait, and
-"request, aio.eval" the same awaited one at a time in an event loop.
+is the cost of both; "request, eval()" is the whole request with a plain wait, "request,
+eval_async() with C in flight" C requests made and submitted, then each awaited, checked
+and destroyed (the library's part of serving, without asyncio; per request), and
+"request, aio.eval" the whole request awaited one at a time in an event loop.
 """
 from __future__ import annotations
 
@@ -24,6 +26,10 @@ import scopedgpu as sg
 from scopedgpu import _vk, aio
 
 from .serve import N, scale_spirv
+
+
+# Requests in flight in the synchronous pipeline pieces (per request figures).
+PIPELINE_LEVELS = (1, 16, 64)
 
 
 def _per_call_us(fn: Callable[[], Any], seconds: float, runs: int) -> float:
@@ -114,6 +120,32 @@ def measure(seconds: float, runs: int) -> dict[str, float]:
                         await aio.eval(s)
                         b.numpy()
 
+        want = np.float32(2.0) * x
+
+        def pipeline(c: int) -> Callable[[], None]:
+            """c requests made and submitted (eval_async), then each awaited, checked
+            and destroyed: the library's part of serving c in flight, without asyncio."""
+            def run() -> None:
+                live = []
+                for _ in range(c):
+                    a = mgr.tensor(x)
+                    b = mgr.empty(N)
+                    al = mgr.algorithm([a, b], spirv, push_consts=[2.0])
+                    s = mgr.sequence()
+                    s.record(sg.OpTensorSyncDevice([a])).record(sg.OpAlgoDispatch(al))
+                    s.record(sg.OpTensorSyncLocal([b])).eval_async()
+                    live.append((a, b, al, s))
+                for a, b, al, s in live:
+                    s.eval_await()
+                    if not np.array_equal(b.numpy(), want):
+                        raise AssertionError("serve_parts: a request's result differs "
+                                             "from numpy's")
+                    s.destroy()
+                    al.destroy()
+                    a.destroy()
+                    b.destroy()
+            return run
+
         pieces: dict[str, Callable[[], Any]] = {
             "tensor(x) + destroy": tensor, "empty(N) + destroy": empty,
             "algorithm + destroy": algorithm, "  of which the shim's descriptor set": dset_c,
@@ -124,6 +156,9 @@ def measure(seconds: float, runs: int) -> dict[str, float]:
             "request, eval()": request}
         for name, fn in pieces.items():
             out[name] = _per_call_us(fn, seconds, runs)
+        for c in PIPELINE_LEVELS:
+            out[f"request, eval_async() with {c} in flight"] = _per_call_us(
+                pipeline(c), seconds, runs) / c
 
         async def many(n: int) -> float:
             t0 = time.perf_counter()
