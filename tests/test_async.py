@@ -6,6 +6,7 @@ import asyncio
 import gc
 import time
 import weakref
+from typing import Any, Callable
 
 import numpy as np
 import pytest
@@ -224,38 +225,54 @@ def test_cancelled_await_leaves_the_work_to_finish(mgr, glsl):
     t.destroy()
 
 
-def test_two_managers_two_loops(glsl):
-    """The shared waiter serves sequences of several managers awaited from several loops
-    (one per thread) at once."""
+async def _scale_request(m: sg.Manager, spirv: bytes, x: np.ndarray, a: float, b: float
+                         ) -> np.ndarray:
+    """y = a * x + b (SCALE) on tensors, an algorithm and a sequence made for it
+    (`aio.run`), all destroyed before it returns y."""
+    with m.tensor(x) as tx, m.empty(x.size) as ty, \
+            m.algorithm([tx, ty], spirv, push_consts=[a, b]) as al:
+        await aio.run(m, sg.OpTensorSyncDevice([tx]), sg.OpAlgoDispatch(al),
+                      sg.OpTensorSyncLocal([ty]))
+        return ty.numpy()
+
+
+def _in_threads(work: Callable[[int], Any], n: int, timeout: float) -> dict[int, Any]:
+    """work(k) on n threads at once (k = 0 ... n - 1); their results by k. The first
+    error of any thread fails the test."""
     import threading
-    spirv = glsl(SCALE)
-    results: dict[int, np.ndarray] = {}
+    results: dict[int, Any] = {}
     errors: list[BaseException] = []
 
     def worker(k: int) -> None:
         try:
-            with sg.Manager() as m:
-                x = np.arange(1000, dtype=np.float32) + k
-
-                async def main() -> np.ndarray:
-                    outs = []
-                    for rep in range(20):
-                        with m.tensor(x) as tx, m.empty(x.size) as ty, \
-                                m.algorithm([tx, ty], spirv, push_consts=[2.0, float(rep)]) as al:
-                            await aio.run(m, sg.OpTensorSyncDevice([tx]), sg.OpAlgoDispatch(al),
-                                          sg.OpTensorSyncLocal([ty]))
-                            outs.append(ty.numpy())
-                    return np.stack(outs)
-                results[k] = asyncio.run(main())
+            results[k] = work(k)
         except BaseException as exc:
             errors.append(exc)
 
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(2)]
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(n)]
     for th in threads:
         th.start()
     for th in threads:
-        th.join(60)
+        th.join(timeout)
     assert not errors, errors
+    return results
+
+
+def test_two_managers_two_loops(glsl):
+    """The shared waiter serves sequences of several managers awaited from several loops
+    (one per thread) at once."""
+    spirv = glsl(SCALE)
+
+    def work(k: int) -> np.ndarray:
+        with sg.Manager() as m:
+            x = np.arange(1000, dtype=np.float32) + k
+
+            async def main() -> np.ndarray:
+                return np.stack([await _scale_request(m, spirv, x, 2.0, float(rep))
+                                 for rep in range(20)])
+            return asyncio.run(main())
+
+    results = _in_threads(work, 2, 60)
     for k in range(2):
         x = np.arange(1000, dtype=np.float32) + k
         want = np.stack([2 * x + rep for rep in range(20)])
@@ -410,12 +427,9 @@ def test_one_manager_one_queue_awaited_from_two_loops(mgr, glsl):
     """Two threads, each with its own loop, await many sequences of one manager on one
     queue at once: each loop polls its own (their submissions interleave on the queue),
     and every result is right."""
-    import threading
     spirv = glsl(SCALE)
-    results: dict[int, list[np.ndarray]] = {}
-    errors: list[BaseException] = []
 
-    def worker(k: int) -> None:
+    def work(k: int) -> list[np.ndarray]:
         async def one(rep: int) -> np.ndarray:
             x = np.arange(500, dtype=np.float32) + 1000 * k
             with mgr.tensor(x) as tx, mgr.empty(x.size) as ty, \
@@ -429,17 +443,9 @@ def test_one_manager_one_queue_awaited_from_two_loops(mgr, glsl):
 
         async def main() -> list[np.ndarray]:
             return list(await asyncio.gather(*(one(rep) for rep in range(60))))
-        try:
-            results[k] = asyncio.run(main())
-        except BaseException as exc:
-            errors.append(exc)
+        return asyncio.run(main())
 
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(2)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(120)
-    assert not errors, errors
+    results = _in_threads(work, 2, 120)
     for k in range(2):
         x = np.arange(500, dtype=np.float32) + 1000 * k
         for rep, y in enumerate(results[k]):
@@ -456,11 +462,7 @@ def test_a_finished_event_loop_is_collected(mgr, glsl):
 
     async def main() -> np.ndarray:
         loops.append(weakref.ref(asyncio.get_running_loop()))
-        with mgr.tensor(x) as tx, mgr.empty(x.size) as ty, \
-                mgr.algorithm([tx, ty], spirv, push_consts=[2.0, 1.0]) as al:
-            await aio.run(mgr, sg.OpTensorSyncDevice([tx]), sg.OpAlgoDispatch(al),
-                          sg.OpTensorSyncLocal([ty]))
-            return ty.numpy()
+        return await _scale_request(mgr, spirv, x, 2.0, 1.0)
 
     for _ in range(3):
         np.testing.assert_array_equal(asyncio.run(main()), 2 * x + 1)

@@ -141,6 +141,12 @@ def test_bench_quick_plots_the_sweep_next_to_the_json(quick_run):
         assert data.startswith(PNG) and len(data) > 10_000, name
 
 
+def _python_c(code: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    """`python -c code` in a fresh interpreter, from the checkout's root."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT)
+
+
 def test_plot_without_matplotlib_says_so_and_writes_nothing(tmp_path):
     """scopedgpu.bench.plot where matplotlib is not installed (made so in a child process): a
     message that names the extra, exit status 1, and no file (the SVG fallback is gone)."""
@@ -150,8 +156,7 @@ def test_plot_without_matplotlib_says_so_and_writes_nothing(tmp_path):
                                                               "scopedgpu_gbps": 1.0}]}}))
     code = ("import sys; sys.modules['matplotlib'] = None; from scopedgpu.bench import plot; "
             f"sys.exit(plot.main([{str(src)!r}]))")
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120, cwd=ROOT)
+    res = _python_c(code, timeout=120)
     assert res.returncode == 1, res.stderr
     assert res.stderr.strip() == "plot: matplotlib is not installed, so no plot was written " \
         "(pip install 'scopedgpu[bench]', or pip install matplotlib)"
@@ -173,8 +178,7 @@ def test_rss_through_psutil_and_without_it():
             "peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024\n"
             "rss = rss_bytes()\n"
             "print(rss == psutil.Process().memory_info().rss, rss < peak - (32 << 20))\n")
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=60, cwd=ROOT)
+    res = _python_c(code)
     assert res.returncode == 0 and res.stdout.split() == ["True", "True"], (res.stdout,
                                                                            res.stderr)
     code = ("import resource, sys, psutil\n"
@@ -186,8 +190,7 @@ def test_rss_through_psutil_and_without_it():
             "rss = rss_bytes()\n"
             "after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale\n"
             "print(rss >= current, before <= rss <= after)\n")
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=60, cwd=ROOT)
+    res = _python_c(code)
     assert res.returncode == 0 and res.stdout.split() == ["True", "True"], res.stderr
 
 
