@@ -82,6 +82,20 @@ class _Entry:
 _Settled = dict[Any, list[tuple[asyncio.Future, BaseException | None]]]
 
 
+def _completed(seq: Any) -> bool:
+    """Whether seq's last submission completed (its completion work then done here if
+    nobody did it yet), polled without blocking: False also while another thread holds
+    its manager's lock (wait_idle, close, an upload), which must not hold up the
+    sequences of every other manager and loop. A failed fence poll raises (DeviceError)."""
+    lock = seq.lock
+    if not lock.acquire(blocking=False):
+        return False
+    try:
+        return not seq.is_running
+    finally:
+        lock.release()
+
+
 def _settle_many(futs: list[tuple[asyncio.Future, BaseException | None]]) -> None:
     """Runs on the futures' loop: settles each (one cancelled meanwhile is left alone)."""
     for fut, exc in futs:
@@ -161,29 +175,21 @@ class _Waiter:
 
     def _done(self, entry: _Entry, settled: _Settled) -> bool:
         """Polls one entry without blocking; True when it was resolved (or was settled
-        already by its loop's thread)."""
+        already)."""
         seq, fut = entry.seq, entry.fut
         if seq is None or fut is None:
             return True               # settled already
         if fut.done():                # cancelled: stop watching (the GPU work runs on)
             self._resolve(entry, None, settled)
             return True
-        # Never blocks on the manager's lock: a thread holding it (wait_idle, close, an
-        # upload) must not hold up the sequences of every other manager and loop.
-        lock = seq.lock
-        if not lock.acquire(blocking=False):
-            return False              # polled again next slice
         try:
-            running = seq.is_running
+            done = _completed(seq)    # False: polled again next slice
         except BaseException as exc:  # a failed fence poll (DeviceError)
             self._resolve(entry, exc, settled)
             return True
-        finally:
-            lock.release()
-        if not running:
+        if done:
             self._resolve(entry, None, settled)
-            return True
-        return False
+        return done
 
     def _loop(self) -> None:
         full = True
@@ -303,21 +309,15 @@ class _Poller:
                 e = q[0]
                 fut = e.fut
                 if not fut.done():
-                    seq = e.seq
-                    lock = seq.lock
-                    if not lock.acquire(blocking=False):
-                        break             # a thread holds it: polled again next run
                     try:
-                        running = seq.is_running
+                        done = _completed(e.seq)
                     except Exception as exc:        # a failed fence poll (DeviceError)
                         q.popleft()
                         e.seq = e.loop = e.fut = None
                         fut.set_exception(exc)
                         continue
-                    finally:
-                        lock.release()
-                    if running:
-                        break
+                    if not done:
+                        break             # polled again next run
                     fut.set_result(True)
                     progress = True
                 q.popleft()
