@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import scopedgpu as sg
@@ -393,3 +393,34 @@ def test_push_constant_layout_is_the_reflections(glsl):
                   "void main() { o[0] = p.s.a; }\n")
     with pytest.raises(ValueError, match="is a struct"):
         push_constant_layout(nested)
+
+
+ZEROS = """
+#version 450
+layout(local_size_x = 64) in;
+layout(set = 0, binding = 0) buffer X { float x[]; };
+layout(set = 0, binding = 1) buffer Y { float y[]; };
+void main() { if (gl_GlobalInvocationID.x < y.length()) y[gl_GlobalInvocationID.x] = 0.0; }
+"""
+TINY = float(np.finfo(np.float32).tiny)          # the smallest normal float32
+
+
+@pytest.mark.parametrize("reference, fails", [(TINY / 2, False), (-TINY / 8, False),
+                                              (2 * TINY, True)])
+def test_machine_lets_a_device_flush_denormal_results(reference, fails):
+    """A kernel that writes zeros, against a reference that says denormal: a device that
+    flushes denormal results to zero (Vulkan allows it; the H200 does) passes. The same
+    search against a normal reference fails, so the passing runs did compare results."""
+    from hypothesis.stateful import run_state_machine_as_test
+
+    class Flush(LifetimeMachine):
+        kernels = [Kernel("zeros", ZEROS, [Binding("x"), Binding("y", role="out")],
+                          lambda y: np.full_like(y, reference), dims={"n": st.integers(1, 8)})]
+    search = settings(max_examples=10, stateful_step_count=10, deadline=None,
+                      derandomize=True, database=None, phases=[Phase.generate],
+                      suppress_health_check=list(HealthCheck))
+    if fails:
+        with pytest.raises(AssertionError, match=r"element\(s\) differ from the reference"):
+            run_state_machine_as_test(Flush, settings=search)
+    else:
+        run_state_machine_as_test(Flush, settings=search)
