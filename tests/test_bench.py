@@ -112,6 +112,11 @@ def test_bench_quick_serves_and_chains_against_c(quick_run):
     assert serve["live_delta"] == {} and serve["live_after"] == serve["live_before"]
     assert [r["in_flight"] for r in serve["levels"]] == list(report.SERVE_LEVELS)
     assert number(serve["rss_growth_mib"])
+    for r in serve["levels"] + [serve["gc_tuned"]]:     # the collector's share of each level
+        assert len(r["gc_collections"]) == 3 and 0 <= r["gc_share"] < 1, r
+    tuned = serve["gc_tuned"]
+    assert tuned["in_flight"] == report.SERVE_LEVELS[-1] and tuned["wrong"] == 0
+    assert tuned["threshold"] == [50_000, 20, 20] and tuned["per_s"] > 0
     for k in report.CHAIN_KS:
         f = figs[f"dispatch_chain_{k}"]
         assert number(f["value"]) and f["value"] > 0 and f["k"] == k, k
