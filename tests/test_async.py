@@ -423,6 +423,48 @@ def test_long_and_short_work_awaited_together_on_one_loop(mgr, glsl):
     t.destroy()
 
 
+def test_a_sequence_settled_early_by_its_queues_order_is_awaited_again(mgr, glsl):
+    """Awaited out of submission order: a shorter sequence submitted first, a long one
+    after it on the same queue and awaited before it. The waiter thread waits on a queue's
+    newest entry (the shorter one) and, once its fence signals, settles it and every entry
+    added before it, the long one included, which still runs: that coroutine checks
+    again on resuming and waits on (aio's _rewatch). Its await returns once it completed,
+    with its results. (With the check planted away, the await returned with the long
+    sequence still running.)"""
+    v0, t, algo, iters = _long_lcg(mgr, glsl, 0.4)
+    v1, t1, algo1, iters1 = _long_lcg(mgr, glsl, 0.08)
+    seqs = []
+    for tt, al, k in ((t1, algo1, iters1), (t, algo, iters)):
+        seq = mgr.sequence()
+        seq.record(sg.OpTensorSyncDevice([tt]))
+        seq.record(sg.OpAlgoDispatch(al, push_consts=np.array([k], dtype=np.uint32)))
+        seq.record(sg.OpTensorSyncLocal([tt]))
+        seqs.append(seq)
+    short, long = seqs
+    t.data()[:] = v0
+    t1.data()[:] = v1
+
+    async def main() -> tuple[bool, bool, bool]:
+        short.eval_async()                  # submitted first
+        long.eval_async()                   # then the long one, behind it
+        waiting = asyncio.create_task(aio.wait(long))
+        await asyncio.sleep(0)              # the long one's entry is added first
+        assert short.is_running             # (so that the shorter one is added too)
+        await aio.wait(short)
+        short_done = not short.is_running
+        done = await waiting
+        return short_done, done, long.is_running
+
+    try:
+        short_done, done, running = asyncio.run(main())
+        assert short_done and done is True and running is False
+        assert np.array_equal(t.numpy(), lcg_reference(v0, iters))
+        assert np.array_equal(t1.numpy(), lcg_reference(v1, iters1))
+    finally:
+        for obj in (short, long, algo, algo1, t, t1):
+            obj.destroy()
+
+
 def test_one_manager_one_queue_awaited_from_two_loops(mgr, glsl):
     """Two threads, each with its own loop, await many sequences of one manager on one
     queue at once: each loop polls its own (their submissions interleave on the queue),
