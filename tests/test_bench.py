@@ -114,6 +114,7 @@ def test_bench_quick_serves_and_chains_against_c(quick_run):
     assert number(serve["rss_growth_mib"])
     for r in serve["levels"] + [serve["gc_tuned"]]:     # the collector's share of each level
         assert len(r["gc_collections"]) == 3 and 0 <= r["gc_share"] < 1, r
+        assert 0 < r["loop_cpu_us"] <= r["seconds"] / r["requests"] * 1e6 * 1.05, r
     tuned = serve["gc_tuned"]
     assert tuned["in_flight"] == report.SERVE_LEVELS[-1] and tuned["wrong"] == 0
     assert tuned["threshold"] == [50_000, 20, 20] and tuned["per_s"] > 0
