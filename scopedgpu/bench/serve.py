@@ -169,7 +169,7 @@ def bench_serve(b: Bench) -> None:
                 f"requests, {r['wrong']} wrong, {r['loop_cpu_us']:,.0f} us of the loop's "
                 f"CPU a request, {r['gc_share']:.0%} of the time in the garbage collector")
     # Not a figure: the most requests in flight again, with the collector's thresholds
-    # raised as a service may raise them (docs/guide.md, "Serving").
+    # raised as a service may raise them (docs/scale.md, the asyncio section).
     c = SERVE_LEVELS[-1]
     old = gc.get_threshold()
     gc.set_threshold(*SERVICE_GC_THRESHOLD)
