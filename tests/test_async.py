@@ -225,14 +225,22 @@ def test_cancelled_await_leaves_the_work_to_finish(mgr, glsl):
     t.destroy()
 
 
-async def _scale_request(m: sg.Manager, spirv: bytes, x: np.ndarray, a: float, b: float
-                         ) -> np.ndarray:
-    """y = a * x + b (SCALE) on tensors, an algorithm and a sequence made for it
-    (`aio.run`), all destroyed before it returns y."""
+async def _scale_request(m: sg.Manager, spirv: bytes, x: np.ndarray, a: float, b: float,
+                         *, through: str = "run") -> np.ndarray:
+    """y = a * x + b (SCALE) on tensors, an algorithm and a sequence made for it, all
+    destroyed before it returns y. through="run": `aio.run`; "eval": a sequence recorded
+    and awaited with `aio.eval`, which must leave it completed."""
     with m.tensor(x) as tx, m.empty(x.size) as ty, \
             m.algorithm([tx, ty], spirv, push_consts=[a, b]) as al:
-        await aio.run(m, sg.OpTensorSyncDevice([tx]), sg.OpAlgoDispatch(al),
-                      sg.OpTensorSyncLocal([ty]))
+        ops = (sg.OpTensorSyncDevice([tx]), sg.OpAlgoDispatch(al), sg.OpTensorSyncLocal([ty]))
+        if through == "run":
+            await aio.run(m, *ops)
+        else:
+            with m.sequence() as seq:
+                for op in ops:
+                    seq.record(op)
+                await aio.eval(seq)
+                assert not seq.is_running
         return ty.numpy()
 
 
@@ -396,15 +404,9 @@ def test_long_and_short_work_awaited_together_on_one_loop(mgr, glsl):
 
     async def short(k: int) -> np.ndarray:
         x = np.arange(300, dtype=np.float32) * (k + 1)
-        with mgr.tensor(x) as tx, mgr.empty(x.size) as ty, \
-                mgr.algorithm([tx, ty], spirv, push_consts=[3.0, float(k)]) as al:
-            with mgr.sequence() as seq:
-                seq.record(sg.OpTensorSyncDevice([tx])).record(sg.OpAlgoDispatch(al))
-                seq.record(sg.OpTensorSyncLocal([ty]))
-                await aio.eval(seq)
-                assert not seq.is_running
-            order.append("short")
-            return ty.numpy()
+        y = await _scale_request(mgr, spirv, x, 3.0, float(k), through="eval")
+        order.append("short")
+        return y
 
     async def main() -> list[np.ndarray]:
         task = asyncio.create_task(long())
@@ -474,14 +476,7 @@ def test_one_manager_one_queue_awaited_from_two_loops(mgr, glsl):
     def work(k: int) -> list[np.ndarray]:
         async def one(rep: int) -> np.ndarray:
             x = np.arange(500, dtype=np.float32) + 1000 * k
-            with mgr.tensor(x) as tx, mgr.empty(x.size) as ty, \
-                    mgr.algorithm([tx, ty], spirv, push_consts=[2.0, float(rep)]) as al:
-                with mgr.sequence() as seq:
-                    seq.record(sg.OpTensorSyncDevice([tx])).record(sg.OpAlgoDispatch(al))
-                    seq.record(sg.OpTensorSyncLocal([ty]))
-                    await aio.eval(seq)
-                    assert not seq.is_running
-                    return ty.numpy()
+            return await _scale_request(mgr, spirv, x, 2.0, float(rep), through="eval")
 
         async def main() -> list[np.ndarray]:
             return list(await asyncio.gather(*(one(rep) for rep in range(60))))
