@@ -78,6 +78,13 @@ class _Entry:
         # Its queue: fences of one queue signal in the order of submission (see _step).
         self.key = key
 
+    def take(self) -> tuple[Any, Any]:
+        """Empties the entry before its future is settled (the awaiting coroutine then
+        resumes with nothing of its left here); returns its (loop, future)."""
+        loop, fut = self.loop, self.fut
+        self.seq = self.loop = self.fut = None
+        return loop, fut
+
 
 _Settled = dict[Any, list[tuple[asyncio.Future, BaseException | None]]]
 
@@ -146,8 +153,7 @@ class _Waiter:
         """Takes the entry out of its queue, unless settled already, and adds its future to
         `settled` (by loop), which _settle_all() hands to each loop in one call."""
         with self.cond:
-            loop, fut = entry.loop, entry.fut
-            if fut is None:
+            if entry.fut is None:
                 return            # settled already
             q = self.queues.get(entry.key)
             if q is not None:
@@ -157,9 +163,7 @@ class _Waiter:
                     q.remove(entry)
                 if not q:
                     del self.queues[entry.key]
-            # Emptied before the future is settled: the awaiting coroutine resumes with
-            # nothing of its left here.
-            entry.seq = entry.loop = entry.fut = None
+            loop, fut = entry.take()
         settled.setdefault(loop, []).append((fut, exc))
 
     @staticmethod
@@ -260,8 +264,7 @@ class _Waiter:
                 # The target and everything added to its queue before it.
                 while q:
                     e = q.popleft()
-                    loop, fut = e.loop, e.fut
-                    e.seq = e.loop = e.fut = None
+                    loop, fut = e.take()
                     settled.setdefault(loop, []).append((fut, None))
                     if e is target:
                         break
@@ -312,16 +315,14 @@ class _Poller:
                     try:
                         done = _completed(e.seq)
                     except Exception as exc:        # a failed fence poll (DeviceError)
-                        q.popleft()
-                        e.seq = e.loop = e.fut = None
+                        q.popleft().take()
                         fut.set_exception(exc)
                         continue
                     if not done:
                         break             # polled again next run
                     fut.set_result(True)
                     progress = True
-                q.popleft()
-                e.seq = e.loop = e.fut = None
+                q.popleft().take()
         if not any(self.queues.values()):
             self.queues.clear()
             return
@@ -448,12 +449,10 @@ def _add(seq: Sequence) -> asyncio.Future[Any]:
 
 def _watch(seq: Sequence) -> asyncio.Future[Any] | None:
     """A future of the running loop that is settled when seq's last submission completed
-    (by the waiter thread, or by this loop's thread at its next submission to the same
-    queue); None when it is not running. DestroyedError when destroyed."""
+    (by the loop's own poller, or by the waiter thread); None when it is not running.
+    DestroyedError when destroyed."""
     seq.check_alive()
-    if not seq.is_running:
-        return None
-    return _add(seq)
+    return _rewatch(seq)
 
 
 async def run(manager: Manager, *ops: Op) -> None:
