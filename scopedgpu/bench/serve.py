@@ -136,6 +136,22 @@ def pct(sorted_values: list[float], p: float) -> float:
     return sorted_values[int(p * (len(sorted_values) - 1) + 0.5)]
 
 
+def warmed_level(mgr: sg.Manager, spirv: bytes, c: int, seconds: float, least: int,
+                 data: tuple[list[np.ndarray], list[float], list[np.ndarray]]
+                 ) -> dict[str, Any]:
+    """One level of the figure: warmed first, untimed, by max(2 C, 16) requests, then
+    served for `seconds` and at least max(2 C, least); its latency percentiles, and the
+    count of wrong results of both runs."""
+    warm = asyncio.run(serve_level(mgr, spirv, c, 0.0, max(2 * c, 16), data))
+    r = asyncio.run(serve_level(mgr, spirv, c, seconds, max(2 * c, least), data))
+    lat = r.pop("latencies")
+    r.update(p50_us=pct(lat, 0.5) * 1e6, p99_us=pct(lat, 0.99) * 1e6,
+             mean_us=sum(lat) / len(lat) * 1e6)
+    r["p99_over_p50"] = r["p99_us"] / r["p50_us"]
+    r["wrong"] = len(r["wrong"]) + len(warm["wrong"])
+    return r
+
+
 def bench_serve(b: Bench) -> None:
     mgr = b.m
     spirv = scale_spirv()
@@ -154,14 +170,7 @@ def bench_serve(b: Bench) -> None:
         # command buffers, fences and pool blocks that so many need (a command buffer and
         # fence cost about 0.4 ms on NVIDIA's driver), and keeps them for reuse; the
         # figure is a service's steady state. The warm-up's results are checked too.
-        warm = asyncio.run(serve_level(mgr, spirv, c, 0.0, max(2 * c, 16), data))
-        r = asyncio.run(serve_level(mgr, spirv, c, seconds, max(2 * c, least), data))
-        r["wrong"] += warm["wrong"]
-        lat = r.pop("latencies")
-        r.update(p50_us=pct(lat, 0.5) * 1e6, p99_us=pct(lat, 0.99) * 1e6,
-                 mean_us=sum(lat) / len(lat) * 1e6)
-        r["p99_over_p50"] = r["p99_us"] / r["p50_us"]
-        r["wrong"] = len(r["wrong"])
+        r = warmed_level(mgr, spirv, c, seconds, least, data)
         r["rss_mib"] = rss_bytes() / MiB     # where RSS grows: the working set of a level
         levels.append(r)
         b.p.say(f"serve, {c:,} in flight: {r['per_s']:,.0f} requests/s, p50 "
@@ -174,13 +183,10 @@ def bench_serve(b: Bench) -> None:
     old = gc.get_threshold()
     gc.set_threshold(*SERVICE_GC_THRESHOLD)
     try:
-        asyncio.run(serve_level(mgr, spirv, c, 0.0, max(2 * c, 16), data))
-        tuned = asyncio.run(serve_level(mgr, spirv, c, seconds, max(2 * c, least), data))
+        tuned = warmed_level(mgr, spirv, c, seconds, least, data)
     finally:
         gc.set_threshold(*old)
-    lat = tuned.pop("latencies")
-    tuned.update(threshold=list(SERVICE_GC_THRESHOLD), p50_us=pct(lat, 0.5) * 1e6,
-                 p99_us=pct(lat, 0.99) * 1e6, wrong=len(tuned["wrong"]))
+    tuned["threshold"] = list(SERVICE_GC_THRESHOLD)
     b.p.say(f"serve, {c:,} in flight, gc.set_threshold{SERVICE_GC_THRESHOLD}: "
             f"{tuned['per_s']:,.0f} requests/s, {tuned['loop_cpu_us']:,.0f} us of the loop's "
             f"CPU a request, {tuned['gc_share']:.0%} in the collector, {tuned['wrong']} wrong")
