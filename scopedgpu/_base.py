@@ -4,7 +4,7 @@ from __future__ import annotations
 import itertools
 import threading
 import weakref
-from typing import Any, Protocol, TypeVar
+from typing import Any, Callable, Protocol, TypeVar
 
 from scopedgpu import _ki
 from scopedgpu._errors import DestroyedError, ForkedError
@@ -21,6 +21,7 @@ class EngineLike(Protocol):
     pid: int
     debug: bool
     handles: dict[weakref.ref, Handle]
+    on_unreachable: Callable[[weakref.ref], None]   # the bound unreachable, made once
 
     def unreachable(self, ref: weakref.ref) -> None: ...
     def release(self, handle: Handle) -> None: ...
@@ -165,7 +166,7 @@ class Child(NoCopy):
         # becomes unreachable the reference's callback queues the handle for release
         # at the next safe point. (A plain weakref in a dict costs a fifth of a
         # weakref.finalize, which matters when tensors are made and freed by the 100,000.)
-        self._ref = ref = weakref.ref(self, engine.unreachable)
+        self._ref = ref = weakref.ref(self, engine.on_unreachable)
         engine.handles[ref] = handle
 
     @property

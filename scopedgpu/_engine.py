@@ -19,7 +19,7 @@ import os
 import threading
 import time
 import weakref
-from typing import Any
+from typing import Any, Callable
 
 from scopedgpu import _ki, _vk
 from scopedgpu._base import ChildSet, Handle
@@ -138,8 +138,10 @@ class Engine(Validation):
         # (their `inflight`), kept from submission to the sequence's next recording or
         # end (Sequence._index): which running sequences use a handle, without a pass
         # over every running sequence (release(), a host write's wait). A superset:
-        # readers keep the references that are running and use the handle now.
-        self.users: dict[Handle, set[weakref.ref]] = {}
+        # readers keep the references that are running and use the handle now. A handle
+        # with one user maps to that reference itself, not to a set of one: most have
+        # one, and a set per handle per request is work for the cyclic collector.
+        self.users: dict[Handle, weakref.ref | set[weakref.ref]] = {}
         # Handles of objects that became unreachable; released at the next safe point.
         self.garbage: collections.deque[Handle] = collections.deque()
         # weakref to a live child -> the handle it owns (see Child.__init__)
@@ -163,6 +165,12 @@ class Engine(Validation):
         # Debug mode: the forgotten-sync checker (_synccheck.SyncCheck), set by the
         # manager; None otherwise, and nothing then costs more.
         self.sync_check: Any = None
+        # The children's weakref callback, bound once: a bound method made per child
+        # would be one more object for the cyclic collector to track per tensor,
+        # algorithm and sequence, which a service making them per request pays for in
+        # collections (a cycle engine -> method -> engine, freed by the collector once
+        # the manager is gone).
+        self.on_unreachable: Callable[[weakref.ref], None] = self.unreachable
 
     def unreachable(self, ref: weakref.ref) -> None:
         """Weakref callback of a child that became unreachable: queue its handle (no lock,
@@ -303,18 +311,22 @@ class Engine(Validation):
             if new and h in new:
                 continue
             refs = get(h)
-            if refs is not None:
+            if refs is ref:
+                del users[h]
+            elif isinstance(refs, set):
                 refs.discard(ref)
                 if not refs:
                     users.pop(h, None)
         for h in new:
             refs = get(h)
             if refs is None:
-                users[h] = {ref}
-            else:
+                users[h] = ref
+            elif isinstance(refs, set):
                 if len(refs) > 64:   # sequences collected unreachable leave dead references
                     refs.difference_update([r for r in refs if r() is None])
                 refs.add(ref)
+            elif refs is not ref:
+                users[h] = {refs, ref}
 
     def running_users(self, handle: Handle, exclude: Any = None) -> list[Any]:
         """The running sequences whose submission uses the handle (exclude: one to leave
@@ -324,7 +336,7 @@ class Engine(Validation):
             return []
         running = self.running
         out = []
-        for r in refs:
+        for r in (refs if isinstance(refs, set) else (refs,)):
             if r in running:
                 seq = r()
                 if seq is not None and seq is not exclude and handle in seq.inflight:

@@ -42,7 +42,9 @@ class _SeqHandle(Handle):
         # reference from it to an algorithm (which holds the manager) would keep the
         # manager alive for good. The recorded ops keep the algorithms alive as long as
         # the sequence lives.
-        self.owned: list[weakref.ref[Algorithm]] = []
+        # (An empty tuple until own() adds one: most sequences own none, and an empty
+        # list is one more object for the cyclic collector per sequence.)
+        self.owned: list[weakref.ref[Algorithm]] | tuple[()] = ()
 
     def complete(self) -> None:
         """The host copies of the submission that completed (Submission.complete)."""
@@ -62,7 +64,7 @@ class _SeqHandle(Handle):
             if algo is None:
                 continue   # collected with the sequence: its own release follows
             algo.release_now()   # Ctrl-C-safe; no validation check inside cleanup
-        self.owned.clear()
+        self.owned = ()
 
 
 def _leave(state: Engine, sub: Submission, token: object) -> None:
@@ -122,7 +124,7 @@ class Sequence(Child):
         self._state = state
         self._sub = sub
         self._h = h            # the sg_seq (None once destroyed), for the hot paths
-        self._ops: list[tuple[Op, Op]] = []      # (op as recorded by the user, op recorded)
+        self._ops: list[Op] = []      # the ops recorded (Op.bind: the user's, or built for it)
         self._dirty = True
         self._running = False
         self._gen = 0            # submissions so far: a wait completes only its own
@@ -146,7 +148,7 @@ class Sequence(Child):
         self._rec_inflight: frozenset[Handle] = _EMPTY   # handles of _objs, made at record
         # Fresh tensors the command buffer zeroes or overwrites whole (Recorder.touch),
         # marked written once it is submitted; and whether it zeroes any.
-        self._touched: list[Any] = []
+        self._touched: list[Any] | tuple[()] = ()   # (a tuple: no object to track)
         self._zeroes = False
         # Signature of the recorded ops when they are all plain dispatches: an anonymous
         # sequence that reuses a command buffer already holding exactly these commands
@@ -200,7 +202,7 @@ class Sequence(Child):
             if state.closed:
                 state.check_open()
             recorded = op.bind(self)
-            self._ops.append((op, recorded))
+            self._ops.append(recorded)
             self._note_recorded(recorded)
             self._dirty = True
         return self
@@ -244,7 +246,10 @@ class Sequence(Child):
     def own(self, algo: Algorithm) -> None:
         """Takes ownership of an algorithm built for one of its ops (OpMult): destroyed
         with the sequence, or at clear() (package-internal)."""
-        self._handle.owned.append(weakref.ref(algo))  # type: ignore[attr-defined]
+        handle: _SeqHandle = self._handle  # type: ignore[assignment]
+        if not handle.owned:
+            handle.owned = []
+        handle.owned.append(weakref.ref(algo))  # type: ignore[union-attr]
 
     # -- evaluation ---------------------------------------------------------------------
     def eval(self, op: Op | None = None) -> Sequence:
@@ -356,7 +361,7 @@ class Sequence(Child):
             self._ts_due = False
         copies = self._copies
         if state.sync_check is not None:   # debug mode: forgotten syncs
-            after = state.sync_check.submitted([op_ for _, op_ in self._ops], self)
+            after = state.sync_check.submitted(self._ops, self)
             if after is not None:
                 copies += ((after, None, -1),)
         # Running before the submission, in one line (a Ctrl-C cannot split it): cut
@@ -373,7 +378,7 @@ class Sequence(Child):
         if self._touched:
             for th in self._touched:
                 th.fresh = False
-            self._touched = []
+            self._touched = ()
             if self._zeroes:   # the zeros were for this submission only
                 self._zeroes = False
                 self._dirty = True
@@ -538,8 +543,8 @@ class Sequence(Child):
         h = self._h
         self._sub.sig = None
         ts = self._want_timestamps
-        rec = record_commands(h, [op_ for _, op_ in self._ops], ts, self)
-        self._touched = rec.touched
+        rec = record_commands(h, self._ops, ts, self)
+        self._touched = rec.touched or ()
         self._zeroes = rec.zeroed
         self._rec_inflight = handles_of(self._objs)
         # A command buffer that zeroes fresh tensors is for one submission: never reused.
@@ -674,11 +679,12 @@ class Sequence(Child):
         """Forgets the recorded ops and everything gathered from them at record time, and
         destroys the algorithms built for them (first: once the ops are gone, nothing but
         the collector would find them; released after the work that uses them)."""
-        owned = self._handle.owned  # type: ignore[attr-defined]
-        for algo in (ref() for ref in owned):
-            if algo is not None:
-                algo.release_now()
-        owned.clear()
+        handle: _SeqHandle = self._handle  # type: ignore[assignment]
+        if handle.owned:
+            for algo in (ref() for ref in handle.owned):
+                if algo is not None:
+                    algo.release_now()
+            handle.owned = ()
         if not self._running:   # (else at its completion: what it runs stays in use)
             self._unindex()
         self._ops.clear()
@@ -687,7 +693,7 @@ class Sequence(Child):
         self._copies = ()
         self._host_written.clear()
         self._rec_inflight = _EMPTY
-        self._touched = []
+        self._touched = ()
         self._zeroes = False
 
     def _unindex(self) -> None:

@@ -164,7 +164,7 @@ class Tensor(Child):
                     self._handle = handle
                     self._th = handle
                     self._lent = False
-                    ref: weakref.ref[Any] = weakref.ref(self, state.unreachable)
+                    ref: weakref.ref[Any] = weakref.ref(self, state.on_unreachable)
                     self._ref = ref
                     state.handles[ref] = handle
                     state.tensors.refs[ref] = None
