@@ -15,11 +15,13 @@ Manager.pinned(), copied otherwise). Prints one JSON line of figures.
 """
 from __future__ import annotations
 
+import collections
 import gc
 import json
 import os
 import random
 import signal
+import statistics
 import sys
 import threading
 import time
@@ -87,20 +89,25 @@ def single(mode: str, count: int, seed: int) -> dict:
     m = sg.Manager()
     action, correct = _streamer(m, mode)
     action()
-    span = sorted(_time_one(action) for _ in range(9))[4] * 1.2
+    # The delays span the run time of the last 9 calls that ran whole (a median, x 1.2):
+    # a run time measured once, under a passing load (other processes on the GPU or the
+    # CPU), would leave most delays past the end of every later call.
+    recent = collections.deque((_time_one(action) for _ in range(9)), maxlen=9)
     base = _state(m)
     landed = after = leaks = 0
     where: list[str] = []
     for _ in range(count):
         done = threading.Event()
-        delay = rng.uniform(0, span)
+        delay = rng.uniform(0, statistics.median(recent) * 1.2)
 
         t = threading.Thread(target=_fire_unless, args=(done, delay))
         finished = False
         try:
             t.start()
+            t0 = time.perf_counter()
             action()
             finished = True
+            recent.append(time.perf_counter() - t0)
             done.set()
             t.join()
             time.sleep(0.002)    # a signal sent just before the join lands by now
