@@ -3,8 +3,11 @@ re-evaluation latency of a recorded one-dispatch sequence, anonymous sequence ch
 tensor churn (with 10,000 live) and a request round trip (per-request tensors, algorithm
 and sequence: upload, dispatch, download, all destroyed). Each version runs in processes
 of its own, alternating, `--rounds` times; the medians and the ratio B/A are printed.
+`--serve LEVELS` adds the serve figure's workload (serve.py) at those requests in flight:
+requests/s and the share of time in Python's cyclic collector, per level.
 
-    python -m scopedgpu.bench.ab DIR_A DIR_B [--rounds 3] [--seconds 1.0] [--json FILE]
+    python -m scopedgpu.bench.ab DIR_A DIR_B [--rounds 3] [--seconds 1.0] [--serve 16,64,1024]
+                                             [--json FILE]
 
 DIR_A and DIR_B each hold a `scopedgpu` package (a checkout, or a copy of one's
 scopedgpu/ with its compiled extension and shaders). Made to check that a change to the
@@ -25,7 +28,7 @@ FIGURES = ("latency_us", "seq_churn_per_s", "tensor_churn_per_s", "round_trip_pe
 
 
 
-def worker(seconds: float) -> dict[str, float]:
+def worker(seconds: float, serve_levels: list[int]) -> dict[str, float]:
     import numpy as np
 
     import scopedgpu as sg
@@ -95,6 +98,20 @@ def worker(seconds: float) -> dict[str, float]:
                 t.destroy()
             count += 1
         out["round_trip_per_s"] = count / (time.perf_counter() - t0)
+
+        if serve_levels:
+            # The serve figure's workload (serve.py) of the version under test: each level
+            # warmed, then served for `seconds`; its rate and its share of time in the
+            # cyclic collector.
+            from scopedgpu.bench import serve
+            data = serve.requests()
+            scale = serve.scale_spirv()
+            for level in serve_levels:
+                r = serve.warmed_level(mgr, scale, level, seconds, max(2 * level, 1000), data)
+                if r["wrong"]:
+                    raise SystemExit(f"serve at {level} in flight: {r['wrong']} wrong results")
+                out[f"serve_{level}_per_s"] = r["per_s"]
+                out[f"serve_{level}_gc_share"] = r["gc_share"]
     return out
 
 
@@ -105,11 +122,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("b", nargs="?")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--seconds", type=float, default=1.0)
+    p.add_argument("--serve", default="", metavar="LEVELS",
+                   help="also the serve workload at these requests in flight, "
+                        "comma-separated (e.g. 16,64,1024): requests/s and the share of "
+                        "time in the cyclic collector, per level")
     p.add_argument("--json")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    try:
+        levels = [int(c) for c in args.serve.split(",") if c.strip()]
+    except ValueError:
+        p.error(f"--serve takes whole numbers separated by commas, not {args.serve!r}")
+    if any(c < 1 for c in levels):
+        p.error(f"--serve: every level must be at least 1, not {args.serve!r}")
     if args.worker:
-        print(json.dumps(worker(args.seconds)))
+        print(json.dumps(worker(args.seconds, levels)))
         return 0
     if not (args.a and args.b):
         p.error("DIR_A and DIR_B are required")
@@ -121,17 +148,23 @@ def main(argv: list[str] | None = None) -> int:
             where = os.path.abspath(getattr(args, key))
             env = dict(os.environ, PYTHONPATH=where + os.pathsep + os.environ.get("PYTHONPATH", ""))
             res = subprocess.run([sys.executable, __file__, "--worker", where, "--seconds",
-                                  str(args.seconds)], env=env, capture_output=True, text=True,
-                                 cwd=where)
+                                  str(args.seconds), "--serve", args.serve], env=env,
+                                 capture_output=True, text=True, cwd=where)
             if res.returncode:
                 sys.stderr.write(res.stderr)
                 return 1
             runs[key].append(json.loads(res.stdout.strip().splitlines()[-1]))
             print(f"round {r + 1} {key}: {runs[key][-1]}", file=sys.stderr)
-    med = {k: {f: statistics.median(x[f] for x in runs[k]) for f in FIGURES} for k in runs}
+    figures = list(FIGURES) + [f"serve_{c}_{k}" for c in levels for k in ("per_s", "gc_share")]
+    med = {k: {f: statistics.median(x[f] for x in runs[k]) for f in figures} for k in runs}
     print(f"{'figure':<22} {'A':>12} {'B':>12} {'B/A':>7}")
-    for f in FIGURES:
-        print(f"{f:<22} {med['a'][f]:>12.1f} {med['b'][f]:>12.1f} {med['b'][f] / med['a'][f]:>7.3f}")
+    for f in figures:
+        a, b = med["a"][f], med["b"][f]
+        ratio = f"{b / a:>7.3f}" if a else f"{'-':>7}"   # (a collector's share may be 0)
+        if f.endswith("gc_share"):
+            print(f"{f:<22} {100 * a:>11.1f}% {100 * b:>11.1f}% {ratio}")
+        else:
+            print(f"{f:<22} {a:>12.1f} {b:>12.1f} {ratio}")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"a": args.a, "b": args.b, "runs": runs, "medians": med}, fh, indent=1)
