@@ -24,6 +24,9 @@ import pytest
 import scopedgpu
 from tests.conftest import source_env
 
+pytestmark = pytest.mark.plain_only("static checks of the source and its bytecode: no "
+                                    "Vulkan call for the layer to check")
+
 PKG = Path(scopedgpu.__file__).resolve().parent
 EXCLUDED: set[str] = set()
 # Only _vk may import the raw loader; only the loader imports the compiled extension.

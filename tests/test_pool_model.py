@@ -45,6 +45,9 @@ from scopedgpu._pool import (DEVICE_LOCAL, HOST_CACHED, HOST_COHERENT, HOST_VISI
                              HUGE, HUGE_ABOVE, LARGE, SMALL, SMALL_LIMIT, MiB, Allocation,
                              Block, Pool, round_up)
 
+pytestmark = pytest.mark.plain_only("the pool against its model with a fake allocator: no "
+                                    "device, no Vulkan call for the layer to check")
+
 EXAMPLES = int(os.environ.get("SCOPEDGPU_POOL_EXAMPLES", "100"))
 STEPS = int(os.environ.get("SCOPEDGPU_POOL_STEPS", "40"))
 KINDS = ("device", "host")

@@ -144,6 +144,10 @@ def _fake_install(tmp_path, monkeypatch):
                                                       source_env()["PYTHONPATH"]]))
 
 
+@pytest.mark.plain_only(
+    "the plugin's registration (option, profiles) in a pytest run of its "
+    "own; its fixture's Vulkan work runs under the layer in this file's "
+    "other tests")
 def test_plugin_gives_the_fixture_option_and_profiles_with_no_conftest(pytester, monkeypatch,
                                                                        tmp_path):
     _fake_install(tmp_path, monkeypatch)
@@ -179,6 +183,9 @@ def test_plugin_gives_the_fixture_option_and_profiles_with_no_conftest(pytester,
     res.stdout.fnmatch_lines(["*NoDeviceError*no such device*"])
 
 
+@pytest.mark.plain_only(
+    "the plugin's registration in a pytest run of its own; its fixture's "
+    "Vulkan work runs under the layer in this file's other tests")
 def test_plugin_named_twice_is_loaded_once(pytester, monkeypatch, tmp_path):
     """The entry point, `-p` and a conftest's pytest_plugins (the module, or the older
     scopedgpu.testing) together: one registration, no duplicate option."""
@@ -290,6 +297,10 @@ def test_machine_budget_follows_sg_profiles():
     assert Quick.TestCase.settings.deadline is None
 
 
+@pytest.mark.plain_only(
+    "the docs' property test in a pytest run of its own; the same "
+    "strategies and fixture run under the layer in this file's other "
+    "tests")
 def test_the_property_test_of_the_docs_runs_under_pytest(pytester, monkeypatch):
     """docs/testing.md's property test is a test file: pytest collects and passes it
     (its manager is opened by the test, not at import)."""

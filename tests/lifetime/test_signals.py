@@ -42,7 +42,15 @@ def _child(*args: str, timeout: float = 600) -> dict:
     return json.loads(lines[-1])
 
 
-@pytest.mark.parametrize("mode", MODES)
+# Under the validation layer (CI's second pass) the staged mode's paths are swept line by
+# line by test_interrupts.py::test_stream[copied]; the other modes run here.
+_STAGE_SWEPT = pytest.mark.plain_only(
+    "the staged copies' paths are swept line by line under the layer by "
+    "tests/lifetime/test_interrupts.py::test_stream[copied]")
+
+
+@pytest.mark.parametrize("mode", [pytest.param(m, marks=_STAGE_SWEPT) if m == "stage" else m
+                                  for m in MODES])
 def test_one_ctrl_c_per_stream_leaves_nothing(mode):
     got = _child("single", mode, str(COUNT), "1")
     print(json.dumps(got))
@@ -53,6 +61,9 @@ def test_one_ctrl_c_per_stream_leaves_nothing(mode):
     assert got["correct_after"], got
 
 
+@pytest.mark.plain_only("random storms over the paths that the single-signal tests of "
+                        "every mode but the staged one (swept line by line there) cut "
+                        "under the layer")
 @pytest.mark.parametrize("mode", MODES)
 def test_a_storm_of_ctrl_c_leaves_nothing_after_close(mode):
     got = _child("storm", mode, str(STORM), "1")
@@ -62,6 +73,8 @@ def test_a_storm_of_ctrl_c_leaves_nothing_after_close(mode):
     assert got["correct_after"], got
 
 
+@pytest.mark.plain_only("how soon Ctrl-C reaches the caller, a timing; what it leaves "
+                        "is checked under the layer by the single-signal tests")
 @pytest.mark.parametrize("mode", ["stage", "import", "pinned"])
 def test_ctrl_c_reaches_the_caller_while_the_kernel_never_ends(mode):
     """The manager's wait_timeout is 1 s and the stream 3 deep: before, Ctrl-C came back
