@@ -125,8 +125,24 @@ def _long_lcg(mgr, glsl, seconds):
         n *= 4
 
 
+def _until_long(mgr, glsl, seconds, run):
+    """run(v0, t, algo, iters) on an LCG dispatch calibrated to `seconds`, then to 4 and 16
+    times that while the dispatch took 0.1 s or less by what run() returns (the
+    calibration may have run under a passing load: other processes on the CPU or the
+    GPU). Returns (seconds it took, v0, t, algo, iters) of the last run; the caller
+    destroys that t and algo (the earlier ones are destroyed here)."""
+    for attempt in range(3):
+        v0, t, algo, iters = _long_lcg(mgr, glsl, seconds * 4**attempt)
+        took = run(v0, t, algo, iters)
+        if took > 0.1 or attempt == 2:
+            return took, v0, t, algo, iters
+        algo.destroy()
+        t.destroy()
+    raise AssertionError("unreachable")
+
+
 def test_loop_keeps_running_during_a_long_dispatch(mgr, glsl):
-    async def measure(blocking: bool) -> tuple[int, float, np.ndarray]:
+    async def measure(blocking: bool, v0, t, algo, iters) -> tuple[int, float, np.ndarray]:
         ticks = 0
 
         async def ticker() -> None:
@@ -152,14 +168,15 @@ def test_loop_keeps_running_during_a_long_dispatch(mgr, glsl):
             task.cancel()
         return counted, elapsed, t.numpy()
 
-    for attempt in range(3):    # the calibration may have run under a passing load
-        v0, t, algo, iters = _long_lcg(mgr, glsl, 0.4 * 4**attempt)
-        ticks, elapsed, got = asyncio.run(measure(blocking=False))
+    ticks = 0
+
+    def awaited(v0, t, algo, iters) -> float:
+        nonlocal ticks
+        ticks, elapsed, got = asyncio.run(measure(False, v0, t, algo, iters))
         assert np.array_equal(got, lcg_reference(v0, iters))
-        if elapsed > 0.1:
-            break
-        algo.destroy()
-        t.destroy()
+        return elapsed
+
+    elapsed, v0, t, algo, iters = _until_long(mgr, glsl, 0.4, awaited)
     assert elapsed > 0.1, f"the dispatch took only {elapsed:.3f} s: not a long dispatch"
     # A 5 ms ticker over a wait of 0.1 s or more. On lavapipe the "GPU" is the CPU, which
     # a loaded machine shares with this loop: ask for a few ticks, not all of them; a
@@ -168,7 +185,7 @@ def test_loop_keeps_running_during_a_long_dispatch(mgr, glsl):
     # The same measure catches a blocked loop: a blocking eval (long enough for 6 ticks)
     # lets at most one tick in.
     try:
-        ticks_blocked, elapsed_blocked, got = asyncio.run(measure(blocking=True))
+        ticks_blocked, elapsed_blocked, got = asyncio.run(measure(True, v0, t, algo, iters))
         assert np.array_equal(got, lcg_reference(v0, iters))
         assert elapsed_blocked > 0.03 and ticks_blocked <= 1, (ticks_blocked, elapsed_blocked)
     finally:
@@ -357,7 +374,7 @@ def test_a_loop_awaiting_long_work_sleeps_instead_of_spinning(mgr, glsl):
             Counting.calls += 1
             return super().select(timeout)
 
-    async def main() -> tuple[int, float]:
+    async def main(t, algo, iters) -> tuple[int, float]:
         with mgr.sequence() as seq:
             seq.record(sg.OpTensorSyncDevice([t]))
             seq.record(sg.OpAlgoDispatch(algo, push_consts=np.array([iters], dtype=np.uint32)))
@@ -366,19 +383,20 @@ def test_a_loop_awaiting_long_work_sleeps_instead_of_spinning(mgr, glsl):
             await aio.eval(seq)
             return Counting.calls - calls, time.perf_counter() - t0
 
-    for attempt in range(3):    # the calibration may have run under a passing load
-        v0, t, algo, iters = _long_lcg(mgr, glsl, 0.3 * 4**attempt)
+    selects = 0
+
+    def awaited(v0, t, algo, iters) -> float:
+        nonlocal selects
         t.data()[:] = v0
         loop = asyncio.SelectorEventLoop(Counting())
         try:
-            selects, elapsed = loop.run_until_complete(main())
+            selects, elapsed = loop.run_until_complete(main(t, algo, iters))
         finally:
             loop.close()
         assert np.array_equal(t.numpy(), lcg_reference(v0, iters))
-        if elapsed > 0.1:
-            break
-        algo.destroy()
-        t.destroy()
+        return elapsed
+
+    elapsed, _, t, algo, _ = _until_long(mgr, glsl, 0.3, awaited)
     algo.destroy()
     t.destroy()
     assert elapsed > 0.1, f"the dispatch took only {elapsed:.3f} s: not a long dispatch"
@@ -393,7 +411,7 @@ def test_long_and_short_work_awaited_together_on_one_loop(mgr, glsl):
     spirv = glsl(SCALE)
     order: list[str] = []
 
-    async def long() -> float:
+    async def long(t, algo, iters) -> float:
         with mgr.sequence() as seq:
             seq.record(sg.OpTensorSyncDevice([t]))
             seq.record(sg.OpAlgoDispatch(algo, push_consts=np.array([iters], dtype=np.uint32)))
@@ -410,27 +428,27 @@ def test_long_and_short_work_awaited_together_on_one_loop(mgr, glsl):
         order.append("short")
         return y
 
-    async def main() -> tuple[list[np.ndarray], float]:
-        task = asyncio.create_task(long())
+    async def main(t, algo, iters) -> tuple[list[np.ndarray], float]:
+        task = asyncio.create_task(long(t, algo, iters))
         await asyncio.sleep(0)       # the long one is submitted first
         outs = await asyncio.gather(*(short(k) for k in range(40)))
         return outs, await task
 
-    # The long dispatch must outlast the shorts' submissions (a few ms): on a GPU shared
-    # with other processes the calibration may have run beside their work and made it
-    # short (seen on the H200 with four test files at once); then it is made longer.
-    for attempt in range(3):
-        v0, t, algo, iters = _long_lcg(mgr, glsl, 0.3 * 4**attempt)
+    def awaited(v0, t, algo, iters) -> float:
         t.data()[:] = v0
         order.clear()
-        outs, took = asyncio.run(main())
+        outs, took = asyncio.run(main(t, algo, iters))
         for k, y in enumerate(outs):
             np.testing.assert_array_equal(y, 3 * (np.arange(300, dtype=np.float32) * (k + 1)) + k)
         assert np.array_equal(t.numpy(), lcg_reference(v0, iters))
-        algo.destroy()
-        t.destroy()
-        if took > 0.1:
-            break
+        return took
+
+    # The long dispatch must outlast the shorts' submissions (a few ms): on a GPU shared
+    # with other processes the calibration may have run beside their work and made it
+    # short (seen on the H200 with four test files at once).
+    took, _, t, algo, _ = _until_long(mgr, glsl, 0.3, awaited)
+    algo.destroy()
+    t.destroy()
     assert took > 0.1, f"the long dispatch took only {took:.3f} s: not a long dispatch"
     assert order[0] == "long" and order.count("short") == 40, (f"long {took:.3f} s", order)
 
