@@ -22,6 +22,8 @@
 # JOBS (files at once, default 4), FILE_TIMEOUT (seconds a file, default 150),
 # SPLIT_TIMEOUT (seconds a part of a file run in parts, default 300),
 # SUITE_DEADLINE (seconds after which no file starts and running ones are cut, default 510),
+# SCOPEDGPU_SWEEP (default all: the interrupt and fault sweeps of tests/lifetime/ run
+# every point, where CI's two passes take half each; tests/lifetime/halves.py),
 # SUITE_LABEL (the code's name in the table; default: git's HEAD, which on the device
 # tool's machine is the commit its copy of .git has, not necessarily the tree sent),
 # SUITE_OUT (where the logs go; default $OUT where set, else build/device-suite).
@@ -36,6 +38,8 @@ mkdir -p "$out" build/device-suite/files
 logs=build/device-suite/files
 rm -f "$logs"/*
 export SCOPEDGPU_QUEUES=${SCOPEDGPU_QUEUES-1}
+# No validation layer here, so no second pass: the sweeps run every point.
+export SCOPEDGPU_SWEEP=${SCOPEDGPU_SWEEP:-all}
 [ -d .sgcache ] && export SCOPEDGPU_CACHE_DIR=${SCOPEDGPU_CACHE_DIR:-$PWD/.sgcache}
 if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
   env -u PYTHONPATH "$py" -m pip install -q --no-index --no-deps --no-compile --force-reinstall --disable-pip-version-check .whl/*.whl \

@@ -66,7 +66,7 @@ def test_every_variable_the_package_or_the_docs_name_is_in_a_table():
     assert in_package == set(_settings.SETTINGS)
     text = SETTINGS_MD.read_text()
     profiles = set(pattern.findall(text.split("## Test profiles")[1]))
-    assert len(profiles) == 8 and not profiles & set(_settings.SETTINGS)
+    assert len(profiles) == 9 and not profiles & set(_settings.SETTINGS)
     for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
         named = set(pattern.findall(doc.read_text()))
         assert named <= set(_settings.SETTINGS) | profiles, (doc.name, named)

@@ -9,9 +9,10 @@ the manager's lists of running sequences and pending releases return to their ba
 The interrupt is injected with sys.settrace: for k = 1, 2, ... the k-th line executed
 in the modules of those paths (INJECTED) raises KeyboardInterrupt, until a run
 completes without reaching line k; a failure names the line where it fired. Every line
-is swept (a few seconds in all: the collector skips the objects frozen before each
-sweep), but for the line events where a tracer's exception behaves as no real Ctrl-C
-does (see untraced.py: a `with` block's exit, an inlined comprehension's loop head).
+is swept (the collector skips the objects frozen before each sweep; CI's two passes
+share the lines, see halves.py), but for the line events where a tracer's exception
+behaves as no real Ctrl-C does (see untraced.py: a `with` block's exit, an inlined
+comprehension's loop head).
 The SPIR-V reader (an interrupted reflection leaves nothing behind) and the memory pool
 are swept too (test_pool_slow_paths adds the pool's paths the others do not reach inside
 their action; tests/test_pool_model.py sweeps every line of the pool on a fake device and
@@ -33,6 +34,7 @@ import scopedgpu as sg
 from scopedgpu import _ki
 from scopedgpu.manager import live_vulkan_objects
 
+from halves import points
 from lt_shaders import add_one_spirv
 from untraced import skipped
 
@@ -87,15 +89,16 @@ class _Inject:
 
 
 def _sweep(action, check, limit: int = 5000) -> int:
-    """Runs action() with an interrupt at line k for every k until one completes;
-    check(k) after each (k then also says where it fired).
+    """Runs action() with an interrupt at line k for every k (of this pass's half) until one
+    completes; check(k) after each (k then also says where it fired). Returns the k that
+    completed (the count of lines swept, give or take one).
 
     The objects alive before the sweep are frozen (gc.freeze): each gc.collect() in
     check() then looks only at the objects made since, a thousand times faster."""
     gc.collect()
     gc.freeze()
     try:
-        for k in range(1, limit):
+        for k in points(limit - 1):
             inj = _Inject(k)
             sys.settrace(inj.globaltrace)
             try:
@@ -424,9 +427,7 @@ def test_named_create_record_delete(imgr, dispatch):
 
 
 @pytest.mark.allow_scopedgpu_log   # one message only: see the end
-@pytest.mark.parametrize("pinned", [False, pytest.param(True, marks=pytest.mark.plain_only(
-    "the line sweep of test_stream[copied], which runs under the layer, over the pinned "
-    "arrays' path (37 s there)"))], ids=["copied", "pinned"])
+@pytest.mark.parametrize("pinned", [False, True], ids=["copied", "pinned"])
 def test_stream(imgr, monkeypatch, pinned, fail_on_validation_messages):
     """Manager.stream() cut at every line of its own code and of what it calls: nothing
     leaks (its command buffers, imports, staging, device chunks), and the manager works.
