@@ -109,6 +109,36 @@ void sg_program_destroy(sg_program *prog) {
     free(prog);
 }
 
+/* VkDescriptorBufferInfo: "offset must be less than the size of buffer" and "range must
+ * be less than or equal to the size of buffer minus offset"; a shader would otherwise
+ * reach memory past the block. */
+static int ranges_ok(uint32_t n, sg_block *const *blocks, const uint64_t *offsets,
+                     const uint64_t *ranges) {
+    for (uint32_t i = 0; i < n; i++)
+        if (!blocks[i] || ranges[i] == 0 || offsets[i] >= blocks[i]->size ||
+            ranges[i] > blocks[i]->size - offsets[i])
+            return 0;
+    return 1;
+}
+
+/* Binding i of the set to (blocks[i], offsets[i], ranges[i]); the caller checked them. */
+static void write_set(sg_device *dev, VkDescriptorSet set, uint32_t n, sg_block *const *blocks,
+                      const uint64_t *offsets, const uint64_t *ranges) {
+    VkDescriptorBufferInfo infos[SG_MAX_BINDINGS];
+    VkWriteDescriptorSet writes[SG_MAX_BINDINGS];
+    for (uint32_t i = 0; i < n; i++) {
+        infos[i] = (VkDescriptorBufferInfo){.buffer = blocks[i]->buffer, .offset = offsets[i],
+                                            .range = ranges[i]};
+        writes[i] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET,
+                                           .dstSet = set,
+                                           .dstBinding = i,
+                                           .descriptorCount = 1,
+                                           .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+                                           .pBufferInfo = &infos[i]};
+    }
+    if (n) dev->vk.vkUpdateDescriptorSets(dev->device, n, writes, 0, NULL);
+}
+
 /* Who owns what: the dset owns its descriptor pool (the set is freed with the pool).
  * It refers to the program's set layout and the blocks without owning them. */
 int sg_dset_create(sg_device *dev, sg_program *prog, uint32_t n, sg_block *const *blocks,
@@ -116,16 +146,11 @@ int sg_dset_create(sg_device *dev, sg_program *prog, uint32_t n, sg_block *const
     int rc = 0;
     sg_dset *ds = NULL;
     if (n != prog->nbindings || n > SG_MAX_BINDINGS) SG_FAIL("sg_dset_create", SG_ERR_ARGUMENT);
-    /* VkDescriptorBufferInfo: "offset must be less than the size of buffer" and "range
-     * must be less than or equal to the size of buffer minus offset"; a shader would
-     * otherwise reach memory past the block. */
-    for (uint32_t i = 0; i < n; i++)
-        if (!blocks[i] || ranges[i] == 0 || offsets[i] >= blocks[i]->size ||
-            ranges[i] > blocks[i]->size - offsets[i])
-            SG_FAIL("sg_dset_create", SG_ERR_RANGE);
+    if (!ranges_ok(n, blocks, offsets, ranges)) SG_FAIL("sg_dset_create", SG_ERR_RANGE);
     ds = calloc(1, sizeof *ds);
     if (!ds) SG_FAIL("calloc", VK_ERROR_OUT_OF_HOST_MEMORY);
     ds->dev = dev;
+    ds->prog = prog;
     VkDescriptorPoolSize size = {.type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
                                  .descriptorCount = n ? n : 1};
     VkDescriptorPoolCreateInfo dpci = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,
@@ -139,23 +164,25 @@ int sg_dset_create(sg_device *dev, sg_program *prog, uint32_t n, sg_block *const
                                         .descriptorSetCount = 1,
                                         .pSetLayouts = &prog->set_layout};
     SG_VK("vkAllocateDescriptorSets", dev->vk.vkAllocateDescriptorSets(dev->device, &dsai, &ds->set));
-    VkDescriptorBufferInfo infos[SG_MAX_BINDINGS];
-    VkWriteDescriptorSet writes[SG_MAX_BINDINGS];
-    for (uint32_t i = 0; i < n; i++) {
-        infos[i] = (VkDescriptorBufferInfo){.buffer = blocks[i]->buffer, .offset = offsets[i],
-                                            .range = ranges[i]};
-        writes[i] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET,
-                                           .dstSet = ds->set,
-                                           .dstBinding = i,
-                                           .descriptorCount = 1,
-                                           .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
-                                           .pBufferInfo = &infos[i]};
-    }
-    if (n) dev->vk.vkUpdateDescriptorSets(dev->device, n, writes, 0, NULL);
+    write_set(dev, ds->set, n, blocks, offsets, ranges);
     *out = ds;
     return 0;
 fail:
     sg_dset_destroy(ds);
+    return rc;
+}
+
+/* vkUpdateDescriptorSets: "the descriptor set must not be in use by any command buffer
+ * that is pending"; the caller's set is a recycled one, whose work completed, made for
+ * the same program (its set layout). On an error the set keeps its old bindings. */
+int sg_dset_rebind(sg_dset *ds, sg_program *prog, uint32_t n, sg_block *const *blocks,
+                   const uint64_t *offsets, const uint64_t *ranges) {
+    int rc = 0;
+    if (!ds || ds->prog != prog || n != prog->nbindings || n > SG_MAX_BINDINGS)
+        SG_FAIL("sg_dset_rebind", SG_ERR_ARGUMENT);
+    if (!ranges_ok(n, blocks, offsets, ranges)) SG_FAIL("sg_dset_rebind", SG_ERR_RANGE);
+    write_set(ds->dev, ds->set, n, blocks, offsets, ranges);
+fail:
     return rc;
 }
 

@@ -166,6 +166,11 @@ void sg_program_destroy(sg_program *prog);
  * destroy it while submitted work may use it. */
 int sg_dset_create(sg_device *dev, sg_program *prog, uint32_t n, sg_block *const *blocks,
                    const uint64_t *offsets, const uint64_t *ranges, sg_dset **out);
+/* Binds a set made by sg_dset_create for prog to other ranges (a recycled set: no submitted
+ * work that may still run uses it), with sg_dset_create's checks; SG_ERR_ARGUMENT when it
+ * was made for another program. On an error it keeps its old bindings. */
+int sg_dset_rebind(sg_dset *ds, sg_program *prog, uint32_t n, sg_block *const *blocks,
+                   const uint64_t *offsets, const uint64_t *ranges);
 void sg_dset_destroy(sg_dset *ds);
 
 /* Sequence: command pool, one primary command buffer, fence, and a query pool of

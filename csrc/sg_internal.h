@@ -137,6 +137,7 @@ struct sg_program {
 
 struct sg_dset {
     sg_device *dev;
+    sg_program *prog;   /* whose set layout it was allocated with (not owned) */
     VkDescriptorPool pool;
     VkDescriptorSet set;
 };

@@ -23,7 +23,7 @@ from scopedgpu._spirv_val import check_module
 from scopedgpu._submission import Submission
 
 __all__ = ["Reflections", "Programs", "SequenceCache", "UNUSED_PROGRAMS_KEPT", "SEQUENCES_KEPT",
-           "CACHED_OBJECTS", "cached_counts"]
+           "DSETS_KEPT", "CACHED_OBJECTS", "cached_counts"]
 
 UNUSED_PROGRAMS_KEPT = 64
 # Command pool + command buffer + fence sets kept per queue for reuse by new sequences:
@@ -34,6 +34,12 @@ UNUSED_PROGRAMS_KEPT = 64
 # each, until Manager.empty_cache() or close().
 SEQUENCES_KEPT = 1024
 REFLECTIONS_KEPT = 256
+# Descriptor sets of destroyed algorithms kept (by their program, all programs together)
+# for the next algorithms of the same program: rebinding one is a vkUpdateDescriptorSets,
+# where a new one is a descriptor pool created, a set allocated and the pool destroyed
+# later; as many as a service keeps in flight, like SEQUENCES_KEPT. A descriptor pool of
+# one set each, until Manager.empty_cache() or close().
+DSETS_KEPT = 1024
 
 log = logging.getLogger("scopedgpu")
 
@@ -145,25 +151,29 @@ _REJECTED = (_vk.VK_ERROR_INITIALIZATION_FAILED, _vk.VK_ERROR_INVALID_SHADER_NV,
 
 class _Program:
     """A cached pipeline (sg_program), shared by algorithms with the same SPIR-V and
-    specialization constants; refcounted by the algorithms that use it."""
-    __slots__ = ("handle", "key", "refs")
+    specialization constants; refcounted by the algorithms that use it. `spare`: the
+    descriptor sets (sg_dset) of its destroyed algorithms, whose work completed, kept for
+    its next ones (Programs.take_spare, keep_spare)."""
+    __slots__ = ("handle", "key", "refs", "spare")
 
     def __init__(self, handle: Any, key: tuple):
         self.handle = handle
         self.key = key
         self.refs = 0
+        self.spare: list[Any] = []
 
 
 class Programs:
     """Compiled pipelines (sg_program) by (SPIR-V, specialization constants, bindings),
     refcounted by the algorithms that use them; unused ones are kept (at most
     UNUSED_PROGRAMS_KEPT) for the next algorithm of the same shader."""
-    __slots__ = ("engine", "programs", "unused_programs")
+    __slots__ = ("engine", "programs", "unused_programs", "spares")
 
     def __init__(self, engine: Engine):
         self.engine = engine
         self.programs: dict[tuple, _Program] = {}
         self.unused_programs: OrderedDict[tuple, _Program] = OrderedDict()
+        self.spares = 0   # descriptor sets kept, every program's spare lists together
 
     def get(self, spirv: bytes, info: ShaderInfo, spec: tuple,
             nbindings: int | None, holder: Any) -> _Program:
@@ -228,7 +238,7 @@ class Programs:
         it) or after it, never between taking the reference and counting it."""
         self._unref(holder)
         while len(self.unused_programs) > UNUSED_PROGRAMS_KEPT:
-            self._destroy_program(next(iter(self.unused_programs.values())))
+            self._drop_program(next(iter(self.unused_programs.values())))
 
     @_ki.step
     def _unref(self, holder: Any) -> None:
@@ -238,37 +248,90 @@ class Programs:
         if not prog.refs:
             self.unused_programs[prog.key] = prog
 
+    # -- descriptor sets of destroyed algorithms, kept for the next ones --------------
+    @_ki.step
+    def keep_spare(self, holder: Any) -> bool:
+        """Moves holder.dset (an algorithm's handle, whose work completed) to the spare
+        list of holder.program, in one step (its one call last); False (nothing moved)
+        when DSETS_KEPT are kept already."""
+        if self.spares >= DSETS_KEPT:
+            return False
+        dset = holder.dset
+        spare = holder.program.spare
+        holder.dset = None
+        self.spares += 1
+        spare.append(dset)
+        return True
+
+    @_ki.step
+    def take_spare(self, prog: _Program, holder: Any) -> bool:
+        """Moves a spare descriptor set of prog into holder.dset, in one step (subscripts
+        and del, not pop(): a signal right after pop() returned would lose what it
+        popped); False when it has none."""
+        spare = prog.spare
+        if not spare:
+            return False
+        holder.dset = spare[-1]
+        del spare[-1]
+        self.spares -= 1
+        return True
+
+    def drop_spares(self, prog: _Program) -> None:
+        """Destroys prog's spare descriptor sets (each taken out in the step that
+        destroys it)."""
+        while prog.spare:
+            self._destroy_spare(prog)
+
+    @_ki.step
+    def _destroy_spare(self, prog: _Program) -> None:
+        spare = prog.spare
+        dset = spare[-1]
+        del spare[-1]
+        self.spares -= 1
+        _vk.dset_destroy(dset)
+
     @_ki.step
     def _destroy_program(self, prog: _Program) -> None:
-        """Forgets the pipeline and destroys it, in one step."""
+        """Forgets the pipeline and destroys it, in one step (its spare descriptor sets
+        destroyed first: they were allocated with its set layout)."""
         if prog.key in self.unused_programs:
             del self.unused_programs[prog.key]
         del self.programs[prog.key]
         h, prog.handle = prog.handle, None
         _vk.program_destroy(h)
 
+    def _drop_program(self, prog: _Program) -> None:
+        self.drop_spares(prog)
+        self._destroy_program(prog)
+
     def drop_unused(self) -> int:
+        """Destroys the unused pipelines and every spare descriptor set (empty_cache());
+        returns how many pipelines."""
+        for prog in list(self.programs.values()):
+            self.drop_spares(prog)
         n = len(self.unused_programs)
         while self.unused_programs:
-            self._destroy_program(next(iter(self.unused_programs.values())))
+            self._drop_program(next(iter(self.unused_programs.values())))
         return n
 
     def destroy_all(self) -> None:
         """At close, after every algorithm was released: destroys every pipeline."""
         while self.programs:
-            self._destroy_program(next(iter(self.programs.values())))
+            self._drop_program(next(iter(self.programs.values())))
 
 
 # What one entry of each cache holds among the shim's live counts (Manager.live_objects()):
 # an idle sequence is sg_seq_create's command pool (its command buffer is not counted)
 # and fence, never a query pool (sequences with timestamps are not kept:
 # Sequence.__init__: not recyclable); a program is sg_program_create's module, two layouts and
-# pipeline; a pool block is sg_block_create's (or sg_block_import's) buffer and memory.
+# pipeline; a pool block is sg_block_create's (or sg_block_import's) buffer and memory; a
+# spare descriptor set is sg_dset_create's descriptor pool (its set is not counted).
 CACHED_OBJECTS: dict[str, tuple[str, ...]] = {
     "cached_sequences": ("command_pools", "fences"),
     "cached_pipelines": ("shader_modules", "descriptor_set_layouts", "pipeline_layouts",
                          "pipelines"),
     "cached_blocks": ("buffers", "memory_blocks"),
+    "cached_descriptor_sets": ("descriptor_pools",),
 }
 
 
@@ -277,4 +340,5 @@ def cached_counts(seq_cache: SequenceCache, programs: Programs, pool: Pool) -> d
     caches' own bookkeeping: what empty_cache() would free now. Under the manager's lock."""
     return {"cached_sequences": seq_cache.count(),
             "cached_pipelines": len(programs.unused_programs),
-            "cached_blocks": pool.cached_blocks()[0]}
+            "cached_blocks": pool.cached_blocks()[0],
+            "cached_descriptor_sets": programs.spares}

@@ -779,7 +779,9 @@ class LifetimeMachine(RuleBasedStateMachine):
         for k in ("command_pools", "fences"):
             assert live[k] - m.base[k] == len(sqs) + cached, \
                 f"{k}: {live[k] - m.base[k]} for {len(sqs)} sequences ({cached} cached)"
-        extra = live["descriptor_pools"] - m.base["descriptor_pools"]
+        # (the descriptor sets kept for reuse, cached_descriptor_sets, taken off)
+        extra = (live["descriptor_pools"] - live["cached_descriptor_sets"]) - \
+            (m.base["descriptor_pools"] - m.base["cached_descriptor_sets"])
         assert len(als) <= extra <= len(als) + live["pending_releases"], \
             f"descriptor pools: {extra} for {len(als)} algorithms"
         busy = set().union(*(s.uses for s in self.sqs if s.running)) if self.sqs else set()

@@ -279,6 +279,16 @@ def dset_create(dev: Any, program: Any, blocks: list[Any], offsets: list[int],
     check(rc, what)
 
 
+def dset_rebind(dset: Any, program: Any, blocks: list[Any], offsets: list[int],
+                ranges: list[int], what: str) -> None:
+    """Binds a recycled set of `program` to (blocks[i], offsets[i], ranges[i])."""
+    rc = lib.sg_dset_rebind(dset, program, len(blocks),
+                            ffi.new("sg_block *[]", blocks or [ffi.NULL]),
+                            ffi.new("uint64_t[]", offsets or [0]),
+                            ffi.new("uint64_t[]", ranges or [0]))
+    check(rc, what)
+
+
 dset_destroy: Callable[[Any], None] = lib.sg_dset_destroy
 
 # -- sequences (the hot path: the C functions themselves) -----------------------------------

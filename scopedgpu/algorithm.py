@@ -47,7 +47,10 @@ class _AlgoHandle(Handle):
 
     def release(self, state: Engine, closing: bool) -> None:
         # Each taken in the step that frees it: run again after a Ctrl-C, never freed twice.
-        if self.dset is not None:
+        # (Released once no submitted work may use it: its descriptor set, allocated with
+        # its program's set layout, is kept by the program for its next algorithm.)
+        if self.dset is not None and (closing or self.program is None
+                                      or not self.programs.keep_spare(self)):
             self.destroy_dset()
         if self.program is not None:
             self.programs.unref(self)   # takes and clears self.program in one step
@@ -704,10 +707,18 @@ class Algorithm(Child):
             try:
                 program = state.programs.get(spirv, info, spec, len(tensors), handle)
                 ranges = self._ranges = [t.gpu_range for t in tensors]
-                _vk.dset_create(state.dev, program.handle, [r.block.handle for r in ranges],
-                                [r.offset for r in ranges], [t.nbytes for t in tensors], out,
-                                f"creating the descriptor set of {what}")
-                handle.dset = out[0]
+                if state.programs.take_spare(program, handle):
+                    # A destroyed algorithm's set, whose work completed: bound again.
+                    _vk.dset_rebind(handle.dset, program.handle,
+                                    [r.block.handle for r in ranges], [r.offset for r in ranges],
+                                    [t.nbytes for t in tensors],
+                                    f"binding the descriptor set of {what}")
+                else:
+                    _vk.dset_create(state.dev, program.handle,
+                                    [r.block.handle for r in ranges], [r.offset for r in ranges],
+                                    [t.nbytes for t in tensors], out,
+                                    f"creating the descriptor set of {what}")
+                    handle.dset = out[0]
                 super().__init__(manager, engine, handle)
                 state.algorithms.refs[self._ref] = None   # (ChildSet.add, inlined)
                 if oversized:

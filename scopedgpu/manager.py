@@ -510,8 +510,9 @@ class Manager(NoCopy):
             return stats
 
     def empty_cache(self) -> int:
-        """Returns unused pool blocks (and unused cached pipelines, and the command pools and
-        fences kept for new sequences) to the device; returns the bytes freed."""
+        """Returns unused pool blocks (and unused cached pipelines, the command pools and
+        fences kept for new sequences, and the descriptor sets kept for new algorithms) to
+        the device; returns the bytes freed."""
         st = self._open()
         with st.lock:
             st.collect()
@@ -527,8 +528,10 @@ class Manager(NoCopy):
         The Vulkan counts are the shim's own: they include what the manager keeps for
         reuse, which cached_sequences (idle command pools and fences of destroyed
         anonymous sequences), cached_pipelines (unused pipelines, each with its shader
-        module and layouts) and cached_blocks (memory blocks no tensor uses, each a
-        buffer and its memory) count. empty_cache() frees all of those.
+        module and layouts), cached_blocks (memory blocks no tensor uses, each a
+        buffer and its memory) and cached_descriptor_sets (the descriptor sets of
+        destroyed algorithms, kept for the next algorithms of their pipelines, each a
+        descriptor pool) count. empty_cache() frees all of those.
 
         caches=False: the same keys for what the program itself holds, every cache's
         share taken off the Vulkan counts (and the cached_* keys 0): a program that

@@ -1,5 +1,6 @@
 """live_objects(caches=False): the objects a program holds, apart from the manager's caches
-(idle sequences, unused pipelines, memory blocks no tensor uses)."""
+(idle sequences, unused pipelines, memory blocks no tensor uses, descriptor sets of
+destroyed algorithms)."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,13 +10,15 @@ import scopedgpu as sg
 from tests import shaders
 
 # What one entry of each cache holds in the shim's counts (csrc/sequence.c sg_seq_create
-# without timestamps, csrc/pipeline.c sg_program_create, csrc/memory.c sg_block_create):
+# without timestamps, csrc/pipeline.c sg_program_create and sg_dset_create,
+# csrc/memory.c sg_block_create):
 # written out here, not imported, so that a wrong share in the library fails the test.
 SHARES = {
     "cached_sequences": {"command_pools": 1, "fences": 1},
     "cached_pipelines": {"shader_modules": 1, "descriptor_set_layouts": 1,
                          "pipeline_layouts": 1, "pipelines": 1},
     "cached_blocks": {"buffers": 1, "memory_blocks": 1},
+    "cached_descriptor_sets": {"descriptor_pools": 1},
 }
 BIG = 300_000          # float32: 1.2 MiB, above the small size class (no bins)
 N = 256
@@ -97,6 +100,9 @@ def test_user_counts_stay_at_baseline_while_the_caches_fill(mgr, glsl):
         # one whose ranges are all on the bins (the small class's staging block).
         assert total["cached_sequences"] >= 3
         assert total["cached_pipelines"] >= ITERATIONS + 2
+        # the descriptor sets of the iteration's algorithms and OpMult's (each iteration
+        # takes those of the one before), but SCALE_SPEC's: a new pipeline each time
+        assert total["cached_descriptor_sets"] >= 3
         empty = len(mgr._state.pool.empty)
         assert empty >= 1 and total["cached_blocks"] > empty, (total["cached_blocks"], empty)
         # empty_cache() frees exactly what the caches were counted to hold; then both
@@ -111,7 +117,8 @@ def test_user_counts_stay_at_baseline_while_the_caches_fill(mgr, glsl):
 def test_both_forms_have_the_same_keys_and_read_zero_once_closed(mgr):
     keys = set(mgr.live_objects())
     assert set(mgr.live_objects(caches=False)) == keys
-    assert {"cached_sequences", "cached_pipelines", "cached_blocks"} <= keys
+    assert {"cached_sequences", "cached_pipelines", "cached_blocks",
+            "cached_descriptor_sets"} <= keys
     with pytest.raises(TypeError):
         mgr.live_objects(False)   # keyword only
     mgr.close()
