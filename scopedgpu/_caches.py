@@ -292,8 +292,8 @@ class Programs:
 
     @_ki.step
     def _destroy_program(self, prog: _Program) -> None:
-        """Forgets the pipeline and destroys it, in one step (its spare descriptor sets
-        destroyed first: they were allocated with its set layout)."""
+        """Forgets the pipeline and destroys it, in one step (after _drop_program destroyed
+        its spare descriptor sets, allocated with its set layout)."""
         if prog.key in self.unused_programs:
             del self.unused_programs[prog.key]
         del self.programs[prog.key]
@@ -301,6 +301,7 @@ class Programs:
         _vk.program_destroy(h)
 
     def _drop_program(self, prog: _Program) -> None:
+        """Destroys the pipeline's spare descriptor sets, then the pipeline."""
         self.drop_spares(prog)
         self._destroy_program(prog)
 
