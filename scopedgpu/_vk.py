@@ -270,22 +270,24 @@ def program_create(dev: Any, spirv: bytes, nbindings: int, push_size: int, ids: 
 program_destroy: Callable[[Any], None] = lib.sg_program_destroy
 
 
+def _binding_arrays(blocks: list[Any], offsets: list[int], ranges: list[int]) -> tuple:
+    """The C arrays of a descriptor set's bindings (blocks, offsets, ranges)."""
+    return (ffi.new("sg_block *[]", blocks or [ffi.NULL]), ffi.new("uint64_t[]", offsets or [0]),
+            ffi.new("uint64_t[]", ranges or [0]))
+
+
 def dset_create(dev: Any, program: Any, blocks: list[Any], offsets: list[int],
                 ranges: list[int], holder: Any, what: str) -> None:
     """A descriptor set binding buffer i to (blocks[i], offsets[i], ranges[i])."""
-    rc = lib.sg_dset_create(dev, program, len(blocks), ffi.new("sg_block *[]", blocks or [ffi.NULL]),
-                            ffi.new("uint64_t[]", offsets or [0]),
-                            ffi.new("uint64_t[]", ranges or [0]), holder)
+    rc = lib.sg_dset_create(dev, program, len(blocks),
+                            *_binding_arrays(blocks, offsets, ranges), holder)
     check(rc, what)
 
 
 def dset_rebind(dset: Any, program: Any, blocks: list[Any], offsets: list[int],
                 ranges: list[int], what: str) -> None:
     """Binds a recycled set of `program` to (blocks[i], offsets[i], ranges[i])."""
-    rc = lib.sg_dset_rebind(dset, program, len(blocks),
-                            ffi.new("sg_block *[]", blocks or [ffi.NULL]),
-                            ffi.new("uint64_t[]", offsets or [0]),
-                            ffi.new("uint64_t[]", ranges or [0]))
+    rc = lib.sg_dset_rebind(dset, program, len(blocks), *_binding_arrays(blocks, offsets, ranges))
     check(rc, what)
 
 

@@ -707,16 +707,15 @@ class Algorithm(Child):
             try:
                 program = state.programs.get(spirv, info, spec, len(tensors), handle)
                 ranges = self._ranges = [t.gpu_range for t in tensors]
+                blocks = [r.block.handle for r in ranges]
+                offsets = [r.offset for r in ranges]
+                sizes = [t.nbytes for t in tensors]
                 if state.programs.take_spare(program, handle):
                     # A destroyed algorithm's set, whose work completed: bound again.
-                    _vk.dset_rebind(handle.dset, program.handle,
-                                    [r.block.handle for r in ranges], [r.offset for r in ranges],
-                                    [t.nbytes for t in tensors],
+                    _vk.dset_rebind(handle.dset, program.handle, blocks, offsets, sizes,
                                     f"binding the descriptor set of {what}")
                 else:
-                    _vk.dset_create(state.dev, program.handle,
-                                    [r.block.handle for r in ranges], [r.offset for r in ranges],
-                                    [t.nbytes for t in tensors], out,
+                    _vk.dset_create(state.dev, program.handle, blocks, offsets, sizes, out,
                                     f"creating the descriptor set of {what}")
                     handle.dset = out[0]
                 super().__init__(manager, engine, handle)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import os
 
-DEBUG = os.environ.get("SCOPEDGPU_DEBUG", "") not in ("", "0")
+from tests.conftest import DEBUG   # the pass under the layer, as plain_only reads it
+
 SWEEP = os.environ.get("SCOPEDGPU_SWEEP", "") or ("even" if DEBUG else "odd")
 if SWEEP not in ("all", "odd", "even"):
     raise ValueError(f"SCOPEDGPU_SWEEP must be all, odd or even, not {SWEEP!r}")
