@@ -703,7 +703,7 @@ class Algorithm(Child):
             # Ctrl-C may arrive anywhere below: the handle owns the program reference
             # as soon as it is taken, and the descriptor set as soon as the shim returns it.
             handle = _AlgoHandle(None, None, state.programs)
-            out = _vk.out("dset")
+            out = None
             try:
                 program = state.programs.get(spirv, info, spec, len(tensors), handle)
                 ranges = self._ranges = [t.gpu_range for t in tensors]
@@ -715,6 +715,7 @@ class Algorithm(Child):
                     _vk.dset_rebind(handle.dset, program.handle, blocks, offsets, sizes,
                                     f"binding the descriptor set of {what}")
                 else:
+                    out = _vk.out("dset")
                     _vk.dset_create(state.dev, program.handle, blocks, offsets, sizes, out,
                                     f"creating the descriptor set of {what}")
                     handle.dset = out[0]
@@ -728,7 +729,7 @@ class Algorithm(Child):
                 if ref is not None:
                     state.algorithms.refs.pop(ref, None)
                     state.handles.pop(ref, None)
-                if handle.dset is None and out[0] != _vk.NULL:
+                if handle.dset is None and out is not None and out[0] != _vk.NULL:
                     handle.dset = out[0]
                 handle.release(state, False)
                 if state.debug:

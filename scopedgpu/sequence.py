@@ -217,7 +217,7 @@ class Sequence(Child):
                 self._sig += ((op.algorithm.number, op.push, op.workgroup),)
             else:
                 self._sig = None
-        self._objs.extend(list(op.objects()))
+        self._objs.extend(op.objects())
         cls = type(op)
         if cls.pre_submit is not Op.pre_submit:
             self._pre_ops.append(op)
