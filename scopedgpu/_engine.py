@@ -118,6 +118,9 @@ class Engine(Validation):
         self.gave_up = False     # close() waited wait_timeout in vain
         self.dev: Any = None
         self.nqueues = 1         # compute queues the device was opened with (the manager)
+        # A sequence on a queue other than 0 was made: from then on every recording starts
+        # with a barrier (other queues' writes made visible; see _record.py). Never reset.
+        self.lead_all = False
         self.info: DeviceInfo = None  # type: ignore[assignment]
         self.cpu_device = False  # info.type == "cpu" (lavapipe): waits spin SPIN_NS only
         self.pool: Pool = None  # type: ignore[assignment]

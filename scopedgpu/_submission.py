@@ -46,7 +46,7 @@ _NULL = _vk.NULL
 
 class Submission:
     """One sg_seq and what rides on its fence (see the module docstring)."""
-    __slots__ = ("cell", "queue", "nqueries", "sig", "waiters", "copies", "stage",
+    __slots__ = ("cell", "queue", "nqueries", "sig", "led", "waiters", "copies", "stage",
                  "recyclable", "owner", "label")
 
     def __init__(self, queue: int, nqueries: int = 0, *, owner: object = None,
@@ -58,6 +58,8 @@ class Submission:
         self.nqueries = nqueries
         # Signature of the commands recorded in it (None: unknown); see Sequence._sig.
         self.sig: tuple | None = None
+        # Whether its recorded commands start with a barrier (record_commands' `lead`).
+        self.led = False
         # Tokens of the threads inside sg_seq_wait on it (a set, not a count: leaving is
         # idempotent, so an interrupted cleanup can run again).
         self.waiters: set[object] = set()

@@ -96,6 +96,8 @@ class Sequence(Child):
             state.check_open()
             if state.garbage or state.running:
                 state.collect()
+            if queue:
+                state.lead_all = True
             # A command pool, command buffer and fence of a destroyed anonymous sequence
             # are reused when there is one (Manager.empty_cache() frees them).
             handle = _SeqHandle()
@@ -340,9 +342,12 @@ class Sequence(Child):
             # Recorded (with its zeros) and not submitted (an interrupt, a failed
             # submission), and since then another submission wrote those tensors.
             self._dirty = True
+        if state.lead_all and not self._sub.led:
+            # Recorded without the leading barrier before another queue came into use.
+            self._dirty = True
         if self._dirty:
             sig = self._sig
-            if sig and sig == self._sub.sig:
+            if sig and sig == self._sub.sig and (self._sub.led or not state.lead_all):
                 # The command buffer already holds exactly these commands.
                 self._rec_inflight = handles_of(self._objs)
                 self._dirty = False
@@ -543,7 +548,9 @@ class Sequence(Child):
         h = self._h
         self._sub.sig = None
         ts = self._want_timestamps
-        rec = record_commands(h, self._ops, ts, self)
+        lead = self._state.lead_all
+        rec = record_commands(h, self._ops, ts, self, lead)
+        self._sub.led = lead
         self._touched = rec.touched or ()
         self._zeroes = rec.zeroed
         self._rec_inflight = handles_of(self._objs)

@@ -253,16 +253,17 @@ static void barrier(VkCommandBuffer cb, uint32_t ss, uint32_t sa, uint32_t ds, u
     vkCmdPipelineBarrier(cb, ss, ds, 0, 1, &mb, 0, NULL, 0, NULL);
 }
 
-/* The commands scopedgpu records around its ops: a leading barrier that orders earlier
- * submissions, and a trailing one that makes device writes visible to the host. */
+/* The commands scopedgpu records around its ops on a queue of its own: none before them,
+ * and one closing barrier that orders them before every later command on the queue (the
+ * next submissions' included) and makes their writes visible to those and to the host. */
 static void begin(VkCommandBuffer cb) {
     VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
     CK(vkBeginCommandBuffer(cb, &bi));
-    barrier(cb, GPU_STAGES, ALL_WRITES, GPU_STAGES, ALL_GPU);
 }
 
 static void end(VkCommandBuffer cb) {
-    barrier(cb, GPU_STAGES, ALL_WRITES, VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
+    barrier(cb, GPU_STAGES, ALL_WRITES, GPU_STAGES | VK_PIPELINE_STAGE_HOST_BIT,
+            ALL_GPU | VK_ACCESS_HOST_READ_BIT);
     CK(vkEndCommandBuffer(cb));
 }
 
