@@ -183,8 +183,8 @@ def record_commands(h: Any, ops: list[Any], timestamps: bool, owner: object,
     ops as well, making writes that other queues' fences made available visible to the ops
     (once the manager has a sequence on another queue; on one queue, the closing barrier
     of every command buffer submitted before already orders the ops after it: see the
-    module's docstring). `owner` (the sequence) names it
-    in an error. Returns the recorder (its `touched` and `zeroed`)."""
+    module's docstring). `owner` (the sequence) names it in an error. Returns the
+    recorder (its `touched` and `zeroed`)."""
     rc = _vk.seq_begin(h)
     if rc:
         _vk.check(rc, f"recording {owner!r}")

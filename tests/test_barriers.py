@@ -165,21 +165,20 @@ def test_submissions_in_flight_are_ordered_by_the_closing_barrier(mgr, glsl):
     across submissions, and on the H200 this pipeline gave 30 right rounds of 30 with the
     closing barrier narrowed to the host's reads (2026-12-02). The recorded barrier itself
     is checked by test_one_barrier_between_submissions_on_one_queue."""
-    dmgr = mgr
     spirv = glsl(ADD_ONE)
-    a = dmgr.tensor(np.arange(8, dtype=np.float32))
-    b = dmgr.empty(8, kind="storage")
-    c = dmgr.empty(8, kind="storage")
-    out = dmgr.empty(8)
+    a = mgr.tensor(np.arange(8, dtype=np.float32))
+    b = mgr.empty(8, kind="storage")
+    c = mgr.empty(8, kind="storage")
+    out = mgr.empty(8)
     # The first dispatch runs long (a few ms on lavapipe), so that the submissions after
     # it are made while it runs: the layer sees a finished one as ordered by its fence.
-    ab = dmgr.algorithm([a, b], glsl(SLOW_ADD_ONE), push_consts=[SLOW_STEPS])
-    cb = dmgr.algorithm([c, b], spirv)
-    seqs = [dmgr.sequence().record(sg.OpTensorSyncDevice([a])),
-            dmgr.sequence().record(sg.OpAlgoDispatch(ab)),          # b = a + 1
-            dmgr.sequence().record(sg.OpTensorCopy([b, c])),        # c = b
-            dmgr.sequence().record(sg.OpAlgoDispatch(cb)),          # b = c + 1
-            dmgr.sequence().record(sg.OpTensorCopy([b, out])).record(sg.OpTensorSyncLocal([out]))]
+    ab = mgr.algorithm([a, b], glsl(SLOW_ADD_ONE), push_consts=[SLOW_STEPS])
+    cb = mgr.algorithm([c, b], spirv)
+    seqs = [mgr.sequence().record(sg.OpTensorSyncDevice([a])),
+            mgr.sequence().record(sg.OpAlgoDispatch(ab)),          # b = a + 1
+            mgr.sequence().record(sg.OpTensorCopy([b, c])),        # c = b
+            mgr.sequence().record(sg.OpAlgoDispatch(cb)),          # b = c + 1
+            mgr.sequence().record(sg.OpTensorCopy([b, out])).record(sg.OpTensorSyncLocal([out]))]
     for _ in range(3):
         for s in seqs:
             s.eval_async()
