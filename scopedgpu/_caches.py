@@ -223,6 +223,15 @@ class Programs:
                       _describe(key[0], info, spec, nbindings))
         return self._ref(prog, holder)
 
+    def get_cached(self, key: tuple, holder: Any) -> _Program | None:
+        """get() for a key an earlier get() returned (its program's `key`), when that
+        program is still cached: the reference taken as get() takes it; None otherwise
+        (or with debug logging on, whose cache-hit line get() writes)."""
+        prog = self.programs.get(key)
+        if prog is None or log.isEnabledFor(logging.DEBUG):
+            return None
+        return self._ref(prog, holder)
+
     @_ki.step
     def _ref(self, prog: _Program, holder: Any) -> _Program:
         """Counts the reference and stores it in holder.program, in one step."""

@@ -16,7 +16,7 @@ from scopedgpu._engine import Engine
 from scopedgpu._errors import ShaderError
 from scopedgpu._spirv import ShaderInfo, SpecConstant
 from scopedgpu._spirv_split import BUILTIN_NUM_WORKGROUPS, CannotSplit, Split, split_module
-from scopedgpu.tensor import Tensor
+from scopedgpu.tensor import Tensor, binding_shapes
 
 A = TypeVar("A", bound="Algorithm")
 
@@ -598,12 +598,18 @@ class Algorithm(Child):
                  reinterpret: bool = False):
         state = engine
         tensors = list(tensors)
-        for i, t in enumerate(tensors):
-            if not isinstance(t, Tensor):
-                raise TypeError(f"algorithm binding {i} must be a Tensor, not {type(t).__name__}")
-            if t.manager is not manager:
-                raise ValueError(f"algorithm binding {i}: {t!r} belongs to another manager")
-            t.check_alive()
+        # (dtype, bytes) of each tensor, when every one is a live Tensor of this manager
+        # (the common case, in one call); else the checks below say which is not.
+        shapes = binding_shapes(tensors, manager)
+        if shapes is None:
+            for i, t in enumerate(tensors):
+                if not isinstance(t, Tensor):
+                    raise TypeError(f"algorithm binding {i} must be a Tensor, not "
+                                    f"{type(t).__name__}")
+                if t.manager is not manager:
+                    raise ValueError(f"algorithm binding {i}: {t!r} belongs to another manager")
+                t.check_alive()
+            shapes = tuple([(t.dtype, t.nbytes) for t in tensors])
         info = state.reflections.get(spirv)
         what = f"algorithm over {len(tensors)} tensors"
         if info.other_descriptors:
@@ -629,7 +635,7 @@ class Algorithm(Child):
         sig = None
         known = None
         if derived is not None and workgroup is None:
-            sig = (not reinterpret, *[(t.dtype, t.nbytes) for t in tensors])
+            sig = (not reinterpret, *shapes)
             known = derived[5].get(sig)
         dev = state.info
         if known is None:
@@ -688,7 +694,7 @@ class Algorithm(Child):
             if sig is not None and len(derived[5]) < _SIGNATURES_KEPT:  # type: ignore[index]
                 derived[5][sig] = (wg, oversized)  # type: ignore[index]
         else:
-            self._workgroup, oversized = known
+            self._workgroup, oversized = known[0], known[1]
         self._parts: list[tuple[bytes, tuple[int, int, int]]] | None = None
         self._tensors = tensors
         self._spec_consts = spec_consts
@@ -705,15 +711,21 @@ class Algorithm(Child):
             handle = _AlgoHandle(None, None, state.programs)
             out = None
             try:
-                program = state.programs.get(spirv, info, spec, len(tensors), handle)
+                # (known[2]: the key of the program an algorithm of the same signature
+                # got, the same for this one: same module, constants and binding count)
+                program = None if known is None or len(known) < 3 else \
+                    state.programs.get_cached(known[2], handle)
+                if program is None:
+                    program = state.programs.get(spirv, info, spec, len(tensors), handle)
+                    if sig is not None and sig in derived[5]:  # type: ignore[index]
+                        derived[5][sig] = (*derived[5][sig][:2], program.key)  # type: ignore[index]
                 ranges = self._ranges = [t.gpu_range for t in tensors]
                 blocks = [r.block.handle for r in ranges]
                 offsets = [r.offset for r in ranges]
-                sizes = [t.nbytes for t in tensors]
+                sizes = [nbytes for _, nbytes in shapes]
                 if state.programs.take_spare(program, handle):
                     # A destroyed algorithm's set, whose work completed: bound again.
-                    _vk.dset_rebind(handle.dset, program.handle, blocks, offsets, sizes,
-                                    f"binding the descriptor set of {what}")
+                    _vk.dset_rebind(handle.dset, program.handle, blocks, offsets, sizes, what)
                 else:
                     out = _vk.out("dset")
                     _vk.dset_create(state.dev, program.handle, blocks, offsets, sizes, out,

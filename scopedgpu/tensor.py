@@ -98,6 +98,18 @@ def _unregister(state: Engine, ref: weakref.ref[Any]) -> _TensorHandle | None:
     return handle  # type: ignore[return-value]
 
 
+def binding_shapes(tensors: list[Any], manager: object) -> tuple[tuple[np.dtype, int], ...] | None:
+    """(dtype, bytes) of each tensor when every item is a live Tensor of `manager`, else
+    None, the caller's own checks then saying which is not (package-internal: an
+    algorithm's creation, the whole check in one call)."""
+    out = []
+    for t in tensors:
+        if type(t) is not Tensor or t._destroyed or t._mgr is not manager:
+            return None
+        out.append((t._dtype, t._nbytes))
+    return tuple(out)
+
+
 class Tensor(Child):
     """A tensor in the manager's memory pool; create it with Manager.tensor().
 

@@ -128,3 +128,26 @@ def test_close_frees_the_kept_sets(glsl):
         assert m.live_objects()["cached_descriptor_sets"] == 1
         assert sg.live_vulkan_objects()["descriptor_pools"] == before + 1
     assert sg.live_vulkan_objects()["descriptor_pools"] == before
+
+
+def test_an_algorithm_finds_its_pipeline_by_its_signatures_key_or_builds_it_again(mgr,
+                                                                                   glsl):
+    # The second algorithm of a signature takes the pipeline by the key the first one got
+    # (Programs.get_cached); after empty_cache() dropped that pipeline, the next one
+    # builds it again, and each computes over its own tensors.
+    x1, y1, o1, a1 = _saxpy(mgr, glsl, 2)
+    pipelines = mgr.live_objects()["pipelines"]
+    x2, y2, o2, a2 = _saxpy(mgr, glsl, 3)
+    assert mgr.live_objects()["pipelines"] == pipelines, "a second pipeline was built"
+    assert a2._handle.program is a1._handle.program
+    for x, y, o, a, s in ((x1, y1, o1, a1, 2), (x2, y2, o2, a2, 3)):
+        _run(mgr, x, y, o, a)
+        np.testing.assert_array_equal(o.data(), np.float32(s) * x.data() + y.data())
+    for obj in (a1, a2, x1, y1, o1, x2, y2, o2):
+        obj.destroy()
+    mgr.empty_cache()
+    assert mgr.live_objects()["pipelines"] == pipelines - 1
+    x3, y3, o3, a3 = _saxpy(mgr, glsl, 4)
+    assert mgr.live_objects()["pipelines"] == pipelines
+    _run(mgr, x3, y3, o3, a3)
+    np.testing.assert_array_equal(o3.data(), np.float32(4) * x3.data() + y3.data())
