@@ -175,17 +175,26 @@ class Programs:
         self.unused_programs: OrderedDict[tuple, _Program] = OrderedDict()
         self.spares = 0   # descriptor sets kept, every program's spare lists together
 
+    @staticmethod
+    def key_of(spirv: bytes, spec: tuple, nbindings: int) -> tuple:
+        """The cache key of the pipeline of (module, encoded specialization constants,
+        binding count)."""
+        ids, _offsets, sizes, blob = spec
+        return (bytes(spirv), tuple(ids), tuple(sizes), blob, nbindings)
+
     def get(self, spirv: bytes, info: ShaderInfo, spec: tuple,
-            nbindings: int | None, holder: Any) -> _Program:
+            nbindings: int | None, holder: Any, key: tuple | None = None) -> _Program:
         # nbindings: the descriptor set layout's bindings 0..nbindings-1 (one per tensor),
-        # a superset of those the module uses (unused ones are valid Vulkan). The
-        # reference is stored in holder.program (an algorithm's handle) in the line that
-        # takes it: a Ctrl-C after the return, before the caller's store, would lose it
-        # (Python runs signal handlers right after a call returns).
+        # a superset of those the module uses (unused ones are valid Vulkan). key: its
+        # key_of(), where the caller has it already. The reference is stored in
+        # holder.program (an algorithm's handle) in the line that takes it: a Ctrl-C after
+        # the return, before the caller's store, would lose it (Python runs signal
+        # handlers right after a call returns).
         if nbindings is None:
             nbindings = len(info.bindings)
         ids, offsets, sizes, blob = spec
-        key = (bytes(spirv), tuple(ids), tuple(sizes), blob, nbindings)
+        if key is None:
+            key = self.key_of(spirv, spec, nbindings)
         prog = self.programs.get(key)
         if prog is None:
             t0 = time.perf_counter()   # for the log
@@ -221,15 +230,6 @@ class Programs:
         elif log.isEnabledFor(logging.DEBUG):
             log.debug("pipeline cache hit (used by %d algorithms): %s", prog.refs,
                       _describe(key[0], info, spec, nbindings))
-        return self._ref(prog, holder)
-
-    def get_cached(self, key: tuple, holder: Any) -> _Program | None:
-        """get() for a key an earlier get() returned (its program's `key`), when that
-        program is still cached: the reference taken as get() takes it; None otherwise
-        (or with debug logging on, whose cache-hit line get() writes)."""
-        prog = self.programs.get(key)
-        if prog is None or log.isEnabledFor(logging.DEBUG):
-            return None
         return self._ref(prog, holder)
 
     @_ki.step

@@ -631,7 +631,7 @@ class Algorithm(Child):
         # without a workgroup) was made with: the binding, dtype and size checks below
         # passed for them and pass again, and the default workgroup is the one it got
         # (derived[5]: signature -> (workgroup, whether it exceeds the device's
-        # maxComputeWorkGroupCount)). Errors come from the full path only.
+        # maxComputeWorkGroupCount, its pipeline's key)). Errors come from the full path only.
         sig = None
         known = None
         if derived is not None and workgroup is None:
@@ -692,9 +692,13 @@ class Algorithm(Child):
                                                         dev.max_workgroup_count)
             oversized = self._oversized(wg)
             if sig is not None and len(derived[5]) < _SIGNATURES_KEPT:  # type: ignore[index]
-                derived[5][sig] = (wg, oversized)  # type: ignore[index]
+                # (with the key of its pipeline: the same for every algorithm of the
+                # signature, whose module, constants and binding count are the same)
+                derived[5][sig] = (wg, oversized,  # type: ignore[index]
+                                   state.programs.key_of(spirv, spec, len(tensors)))
+            program_key = None
         else:
-            self._workgroup, oversized = known[0], known[1]
+            self._workgroup, oversized, program_key = known
         self._parts: list[tuple[bytes, tuple[int, int, int]]] | None = None
         self._tensors = tensors
         self._spec_consts = spec_consts
@@ -711,14 +715,8 @@ class Algorithm(Child):
             handle = _AlgoHandle(None, None, state.programs)
             out = None
             try:
-                # (known[2]: the key of the program an algorithm of the same signature
-                # got, the same for this one: same module, constants and binding count)
-                program = None if known is None or len(known) < 3 else \
-                    state.programs.get_cached(known[2], handle)
-                if program is None:
-                    program = state.programs.get(spirv, info, spec, len(tensors), handle)
-                    if sig is not None and sig in derived[5]:  # type: ignore[index]
-                        derived[5][sig] = (*derived[5][sig][:2], program.key)  # type: ignore[index]
+                program = state.programs.get(spirv, info, spec, len(tensors), handle,
+                                             program_key)
                 ranges = self._ranges = [t.gpu_range for t in tensors]
                 blocks = [r.block.handle for r in ranges]
                 offsets = [r.offset for r in ranges]

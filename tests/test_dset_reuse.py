@@ -132,8 +132,8 @@ def test_close_frees_the_kept_sets(glsl):
 
 def test_an_algorithm_finds_its_pipeline_by_its_signatures_key_or_builds_it_again(mgr,
                                                                                    glsl):
-    # The second algorithm of a signature takes the pipeline by the key the first one got
-    # (Programs.get_cached); after empty_cache() dropped that pipeline, the next one
+    # The second algorithm of a signature takes the pipeline by the key kept with the
+    # signature (Programs.key_of); after empty_cache() dropped that pipeline, the next one
     # builds it again, and each computes over its own tensors.
     x1, y1, o1, a1 = _saxpy(mgr, glsl, 2)
     pipelines = mgr.live_objects()["pipelines"]
