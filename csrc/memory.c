@@ -1,6 +1,10 @@
 /* Memory blocks: one VkDeviceMemory and one VkBuffer over all of it. The Python pool
  * sub-allocates tensors out of blocks by offset. */
 #include <stdlib.h>
+#include <string.h>
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
 #include "sg_internal.h"
 
 /* The one kind of buffer the shim makes: storage, transfer source and destination.
@@ -136,4 +140,36 @@ int sg_block_import(sg_device *dev, void *ptr, uint64_t size, uint32_t mem_type,
 fail:
     sg_block_destroy(blk);
     return rc;
+}
+
+void sg_copy_large(uintptr_t dst, uintptr_t src, size_t n) {
+    char *d = (char *)dst;
+    const char *s = (const char *)src;
+#if defined(__x86_64__)
+    /* SSE2 (every x86-64): unaligned 16-byte loads, aligned streaming stores, 64 bytes
+     * (a cache line) a step once dst is 16-byte aligned; the rest by memcpy. */
+    size_t head = (16 - ((uintptr_t)d & 15)) & 15;
+    if (head > n) head = n;
+    memcpy(d, s, head);
+    d += head;
+    s += head;
+    n -= head;
+    size_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)(s + i));
+        __m128i b = _mm_loadu_si128((const __m128i *)(s + i + 16));
+        __m128i c = _mm_loadu_si128((const __m128i *)(s + i + 32));
+        __m128i e = _mm_loadu_si128((const __m128i *)(s + i + 48));
+        _mm_stream_si128((__m128i *)(d + i), a);
+        _mm_stream_si128((__m128i *)(d + i + 16), b);
+        _mm_stream_si128((__m128i *)(d + i + 32), c);
+        _mm_stream_si128((__m128i *)(d + i + 48), e);
+    }
+    /* Streaming stores are weakly ordered: fenced before anyone is told the copy is done
+     * (the fence of a later queue submission, another thread reading dst). */
+    _mm_sfence();
+    memcpy(d + i, s + i, n - i);
+#else
+    memcpy(d, s, n);
+#endif
 }

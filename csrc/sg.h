@@ -151,6 +151,11 @@ int sg_host_pointer_types(sg_device *dev, void *ptr, uint32_t *type_bits);
  * host_import_alignment. The caller keeps the host memory alive and unmoved until
  * sg_block_destroy (and until the work that used the block completed). */
 int sg_block_import(sg_device *dev, void *ptr, uint64_t size, uint32_t mem_type, sg_block **out);
+/* A host copy of n bytes from src to dst (not overlapping), for copies far larger than
+ * the caches (a stream's chunks): on x86-64, non-temporal stores, which write dst
+ * without reading it first (an ordinary store reads each line it writes) and leave the
+ * caches to other work; elsewhere memcpy. Ends with a store fence. */
+void sg_copy_large(uintptr_t dst, uintptr_t src, size_t n);
 
 /* A compute pipeline. Bindings 0..nbindings-1 of set 0 are storage buffers. Specialization
  * constant i has id spec_ids[i], spec_sizes[i] bytes at spec_offsets[i] in spec_data. */

@@ -1,7 +1,7 @@
 """The one door to the C shim: every call into `lib` and every use of `ffi` is here, and
-the package's two calls into CPython's own C API through ctypes (keep_forever,
-byte_exporter). The only other native door is _spirv_val (SPIRV-Tools through cffi's ABI
-mode); tests/test_architecture.py refuses ctypes and cffi anywhere else.
+the package's one call into CPython's own C API through ctypes (keep_forever). The only
+other native door is _spirv_val (SPIRV-Tools through cffi's ABI mode);
+tests/test_architecture.py refuses ctypes and cffi anywhere else.
 
 The rest of the package calls the functions below. Each shim function has one name:
 functions whose return code the caller acts on (status, wait, submit, create with an
@@ -236,6 +236,8 @@ def live_counts(dev: Any = None) -> dict[str, int]:
 # block_create(dev, size, mem_type, mapped, out) -> rc (ERR_MEMORY_TYPE: try another type)
 block_create: Callable[[Any, int, int, int, Any], int] = lib.sg_block_create
 block_destroy: Callable[[Any], None] = lib.sg_block_destroy
+# A host copy far larger than the caches (streaming stores on x86-64), GIL released.
+copy_large: Callable[[int, int, int], None] = lib.sg_copy_large
 
 
 def block_address(blk: Any) -> int:
@@ -322,14 +324,9 @@ def seq_timestamps(h: Any, n: int, what: str) -> list[int]:
     return [int(buf[i]) for i in range(n)]
 
 
-# -- CPython's C API (ctypes): the package's only other native calls ---------------------------
+# -- CPython's C API (ctypes): the package's only other native call ---------------------------
 def keep_forever(obj: object) -> None:
     """One reference to obj that is never given back: numpy memory the GPU may still use
     after its manager gave up on its work must never be freed (Engine abandon)."""
     ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))
 
-
-def byte_exporter(owner: Any, offset: int, nbytes: int) -> Any:
-    """A buffer-protocol object over nbytes of `owner` (a writable buffer: numpy memory of
-    a host block) from `offset`, zero-copy, that keeps owner alive (Tensor._adopt_stage)."""
-    return (ctypes.c_char * nbytes).from_buffer(owner, offset)

@@ -242,18 +242,16 @@ class Streamer:
         a = slot.stage[i]   # made by _setup: workers take no lock of the manager's
         h.staged, h.block, h.offset = a, a.block.handle, a.offset
         if i in self.up_idx:
-            self._host_bytes(a, h.view.nbytes)[:] = h.view.reshape(-1).view(np.uint8)
-
-    @staticmethod
-    def _host_bytes(a: Any, n: int) -> np.ndarray:
-        return np.frombuffer(_vk.byte_buffer(_vk.address_ptr(a.address), n), dtype=np.uint8)
+            # Streaming stores: the staging range is written without being read first,
+            # and the chunk, read once, leaves the caches to the other copies.
+            _vk.copy_large(a.address, h.view.ctypes.data, h.view.nbytes)
 
     def _finish(self, h: _Host) -> None:
         """Worker thread: a downloaded chunk reaches its array (copied out of staging, or
         already there through the import, which is released)."""
         if h.staged is not None:
             if h.view.nbytes:
-                h.view.reshape(-1).view(np.uint8)[:] = self._host_bytes(h.staged, h.view.nbytes)
+                _vk.copy_large(h.view.ctypes.data, h.staged.address, h.view.nbytes)
             h.staged = h.block = None
         elif h.block is not None:
             blk, h.block = h.block, None

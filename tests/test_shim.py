@@ -256,3 +256,21 @@ def test_destroying_a_pending_sequence_waits_for_it():
                          capture_output=True, text=True, timeout=120)
     assert "destroy returned with the copy done" in out.stdout, (out.stdout, out.stderr[-2000:])
     assert out.returncode == 0, out.stderr[-2000:]
+
+
+# -- the host copy of stream()'s chunks -----------------------------------------------------
+@pytest.mark.parametrize("n", [0, 1, 15, 16, 17, 63, 64, 65, 4095, 1 << 20, (1 << 20) + 77])
+@pytest.mark.parametrize("dst_off,src_off", [(0, 0), (1, 0), (0, 3), (9, 14), (15, 1)])
+def test_copy_large_copies_every_byte_and_nothing_else(n, dst_off, src_off):
+    """sg_copy_large (streaming stores on x86-64 from the first 16-byte aligned byte of
+    the destination, memcpy for the head and tail): every byte of [dst, dst + n) equals
+    the source, at any alignment of either, and the bytes around it are untouched."""
+    rng = np.random.default_rng(n + 31 * dst_off + src_off)
+    src = rng.integers(0, 256, n + 64, dtype=np.uint8)
+    dst = np.zeros(n + 64, dtype=np.uint8)
+    dst[:] = 0xA5
+    before = dst.copy()
+    lib.sg_copy_large(dst.ctypes.data + dst_off, src.ctypes.data + src_off, n)
+    assert np.array_equal(dst[dst_off:dst_off + n], src[src_off:src_off + n])
+    assert np.array_equal(dst[:dst_off], before[:dst_off])
+    assert np.array_equal(dst[dst_off + n:], before[dst_off + n:])
