@@ -123,8 +123,8 @@ def c_door_violations(pkg: Path) -> list[str]:
     return bad
 
 
-# The other native doors: CPython's C API through ctypes (_vk: keep_forever,
-# byte_exporter) and SPIRV-Tools through cffi's ABI mode (_spirv_val).
+# The other native doors: CPython's C API through ctypes (_vk: keep_forever) and
+# SPIRV-Tools through cffi's ABI mode (_spirv_val).
 NATIVE_DOORS = {"ctypes": {"_vk", "_spirv_val"}, "cffi": {"_ffi", "_spirv_val"}}
 
 
