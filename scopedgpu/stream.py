@@ -17,8 +17,10 @@ How the overlap is made (the policy in ten lines):
   on queue 0. The host orders the three steps of a chunk: a step is submitted once the
   fence of the step before it has signalled; steps of other chunks run meanwhile.
 - Host side: worker threads copy each chunk into the slot's pinned staging range ahead of
-  its upload, and out of it after its download (numpy copies release the GIL, so they run
-  in parallel). SCOPEDGPU_STREAM_HOST=import imports the chunk's own pages instead
+  its upload, and out of it after its download (the shim's sg_copy_large, which releases
+  the GIL, so they run in parallel, and writes with streaming stores on x86-64: the
+  destination is not read first: three memory passes a byte, with the DMA, not four).
+  SCOPEDGPU_STREAM_HOST=import imports the chunk's own pages instead
   (VK_EXT_external_memory_host, page rounded, released once its last copy completed):
   no copy, but drivers import one range at a time, slower on the H200 than parallel
   copies; "auto" imports when no other worker is importing and copies otherwise.
