@@ -467,3 +467,36 @@ def test_serve_parts_times_every_piece(tmp_path, capsys):
     for name, us in figures.items():
         assert us > 0, name
         assert name in out
+
+
+def test_serve_long_checks_every_chunk_against_the_baseline(tmp_path, capsys):
+    """scopedgpu.bench.serve_long (issue 24's flat RSS and live objects over a long run):
+    a baseline chunk, then chunks whose results, live objects and RSS are read; here a
+    short run, in which every check holds (no wrong result, live objects as the
+    baseline's, RSS within a generous limit), printed a line a chunk and in the JSON."""
+    from scopedgpu.bench import serve_long
+    path = tmp_path / "long.json"
+    rc = serve_long.main(["--requests", "600", "--chunk", "200", "--in-flight", "32",
+                          "--rss-growth-mib", "256", "--json", str(path)])
+    out = capsys.readouterr().out
+    got = json.loads(path.read_text())
+    assert rc == 0, out
+    assert got["failures"] == [] and got["requests"] == 600
+    assert [c["requests"] for c in got["chunks"]] == [200, 200, 200]
+    assert all(c["wrong"] == 0 and c["live"] == got["baseline"]["live"]
+               for c in got["chunks"])
+    assert out.count("live objects as the baseline") == 3
+
+
+def test_serve_long_verdict_names_each_failure():
+    """serve_long.verdict: a wrong result, live objects away from the baseline (by how
+    many of which kind) and RSS over the limit are each a line naming the chunk."""
+    from scopedgpu.bench.serve_long import verdict
+    base = {"live": {"tensors": 0, "sequences": 0}, "rss_mib": 100.0}
+    ok = {"wrong": 0, "live": {"tensors": 0, "sequences": 0}, "rss_mib": 110.0}
+    assert verdict([ok, ok], base, 16) == []
+    bad = [ok, {"wrong": 2, "live": {"tensors": 3, "sequences": 0}, "rss_mib": 130.5}]
+    lines = verdict(bad, base, 16)
+    assert lines == ["chunk 1: 2 wrong result(s)",
+                     "chunk 1: live objects differ from the baseline by {'tensors': 3}",
+                     "chunk 1: RSS +30.5 MiB over the baseline (limit 16)"]
