@@ -691,12 +691,12 @@ class Algorithm(Child):
             wg = self._workgroup = self.check_workgroup(workgroup, tensors, what,
                                                         dev.max_workgroup_count)
             oversized = self._oversized(wg)
+            program_key = None
             if sig is not None and len(derived[5]) < _SIGNATURES_KEPT:  # type: ignore[index]
                 # (with the key of its pipeline: the same for every algorithm of the
                 # signature, whose module, constants and binding count are the same)
-                derived[5][sig] = (wg, oversized,  # type: ignore[index]
-                                   state.programs.key_of(spirv, spec, len(tensors)))
-            program_key = None
+                program_key = state.programs.key_of(spirv, spec, len(tensors))
+                derived[5][sig] = (wg, oversized, program_key)  # type: ignore[index]
         else:
             self._workgroup, oversized, program_key = known
         self._parts: list[tuple[bytes, tuple[int, int, int]]] | None = None
