@@ -267,8 +267,7 @@ def test_copy_large_copies_every_byte_and_nothing_else(n, dst_off, src_off):
     the source, at any alignment of either, and the bytes around it are untouched."""
     rng = np.random.default_rng(n + 31 * dst_off + src_off)
     src = rng.integers(0, 256, n + 64, dtype=np.uint8)
-    dst = np.zeros(n + 64, dtype=np.uint8)
-    dst[:] = 0xA5
+    dst = np.full(n + 64, 0xA5, dtype=np.uint8)
     before = dst.copy()
     lib.sg_copy_large(dst.ctypes.data + dst_off, src.ctypes.data + src_off, n)
     assert np.array_equal(dst[dst_off:dst_off + n], src[src_off:src_off + n])
