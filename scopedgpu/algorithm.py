@@ -1008,3 +1008,6 @@ class Algorithm(Child):
 
     def _forget(self) -> None:
         self._engine.algorithms.discard(self)
+        # Unregistered (destroy() took its handle first): its weak reference goes, with
+        # the callback that would only find nothing to release (see Tensor.destroy).
+        self._ref = None  # type: ignore[assignment]

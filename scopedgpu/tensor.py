@@ -508,5 +508,8 @@ class Tensor(Child):
                 if handle is not None:
                     state.release(handle)
                 raise
+            # Unregistered: its weak reference goes with its callback, which would only
+            # find nothing to release when the object goes (a call per tensor, saved).
+            self._ref = None  # type: ignore[assignment]
             if state.debug:
                 state.check_validation(f"destroying {self!r}")
