@@ -5,12 +5,14 @@ large one (Child.__init__) are made, registered, destroyed and collected alike."
 from __future__ import annotations
 
 import gc
+import weakref
 
 import numpy as np
 import pytest
 
 import scopedgpu as sg
 from scopedgpu._pool import SMALL_LIMIT
+from tests import shaders
 
 SIZES = {"inlined": 64, "general": SMALL_LIMIT // 4 + 1024}   # float32 elements
 
@@ -76,3 +78,20 @@ def test_collected_alike(mgr):
         mgr.memory_stats()   # a manager call: what became unreachable is released
         assert handle.gpu is None and handle.stage is None, k
         assert mgr.live_objects() == before, k
+
+
+def test_destroyed_objects_hold_no_weak_reference(mgr, glsl):
+    """A destroyed tensor (either path) or algorithm keeps no weak reference of the
+    manager's: destroy() unregistered it, and the reference's callback would only find
+    nothing to release when the object goes. A user's own weak reference still works."""
+    made = {k: mgr.tensor(np.arange(n, dtype=np.float32)) for k, n in SIZES.items()}
+    algo = mgr.algorithm([made["inlined"]], glsl(shaders.ADD_ONE))
+    objs = {**made, "algorithm": algo}
+    for k, o in objs.items():
+        assert weakref.getweakrefcount(o) == 1, k   # the manager's, while it lives
+    mine = weakref.ref(algo)
+    for o in objs.values():
+        o.destroy()
+    assert {k: weakref.getweakrefcount(o) for k, o in objs.items()} == {
+        "inlined": 0, "general": 0, "algorithm": 1}   # (the last one: mine)
+    assert mine() is algo
