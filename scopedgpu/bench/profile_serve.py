@@ -15,52 +15,21 @@ import cProfile
 import io
 import pstats
 import time
-from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 import scopedgpu as sg
 from scopedgpu import aio
 
-N = 4096
+from . import serve
 
 
-def _spirv() -> bytes:
-    return (Path(__file__).parent / "shaders" / "scale.spv").read_bytes()
-
-
-async def _one(mgr: sg.Manager, spirv: bytes, x: np.ndarray, a: float,
-               gate: asyncio.Semaphore) -> None:
-    try:
-        with mgr.tensor(x) as tx, mgr.empty(N) as ty:
-            with mgr.algorithm([tx, ty], spirv, push_consts=[a]) as algo:
-                with mgr.sequence() as seq:
-                    seq.record(sg.OpTensorSyncDevice([tx])).record(sg.OpAlgoDispatch(algo))
-                    seq.record(sg.OpTensorSyncLocal([ty]))
-                    await aio.eval(seq)
-                    y = ty.numpy()
-        if not np.array_equal(y, np.float32(a) * x):
-            raise SystemExit(f"a wrong result at a = {a}")
-    finally:
-        gate.release()
-
-
-async def _run(mgr: sg.Manager, spirv: bytes, c: int, n: int) -> float:
-    """n requests, a new one admitted whenever one ends (serve.py's admission: one
-    coroutine waits on the semaphore at a time; n coroutines all waiting on it would
-    cost asyncio's Semaphore O(waiters) a release, which the profile would show)."""
-    x = np.random.default_rng(1).standard_normal(N).astype(np.float32)
-    gate = asyncio.Semaphore(c)
-    tasks: set[asyncio.Task] = set()
-    t0 = time.perf_counter()
-    for i in range(n):
-        await gate.acquire()
-        task = asyncio.create_task(_one(mgr, spirv, x, float(i % 7 + 1), gate))
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
-    await asyncio.gather(*tasks)
-    return n / (time.perf_counter() - t0)
+def _run(mgr: sg.Manager, c: int, n: int, data: Any) -> float:
+    """n requests of the serve figure's workload at c in flight (serve.serve_level: a
+    request admitted whenever one ends, every result checked); their rate."""
+    r = asyncio.run(serve.serve_level(mgr, serve.scale_spirv(), c, 0.0, n, data))
+    if r["wrong"]:
+        raise SystemExit(f"{len(r['wrong'])} wrong results at {c} in flight")
+    return float(r["per_s"])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,15 +51,15 @@ def main(argv: list[str] | None = None) -> int:
             steps["seconds"] += time.perf_counter() - t0
 
     aio._Waiter._step = timed   # type: ignore[method-assign]
-    spirv = _spirv()
+    data = serve.requests()
     try:
         with sg.Manager() as mgr:
-            asyncio.run(_run(mgr, spirv, 4, 200))   # warm: pipeline, pool, caches
+            _run(mgr, 4, 200, data)   # warm: pipeline, pool, caches
             for c in (int(v) for v in args.levels.split(",")):
                 steps.update(n=0, seconds=0.0)
                 prof = cProfile.Profile()
                 prof.enable()
-                rate = asyncio.run(_run(mgr, spirv, c, args.requests))
+                rate = _run(mgr, c, args.requests, data)
                 prof.disable()
                 print(f"{c} in flight: {rate:,.0f} requests/s under the profiler; the aio "
                       f"waiter: {steps['n']} steps, {steps['seconds']:.3f} s")
