@@ -51,6 +51,10 @@ def test_bench_quick_writes_every_figure(quick_run):
     assert data["errors"] == {}
     assert data["meta"]["c_yardstick"].startswith(("compiled ", "cached ")), \
         "the C yardstick did not build: " + data["meta"]["c_yardstick"]
+    # The host's gauge, which makes runs on different machines comparable.
+    assert number(data["meta"]["python_speed_ns"]) and data["meta"]["python_speed_ns"] > 0
+    assert isinstance(data["meta"]["cpu_model"], str) and data["meta"]["cpu_model"]
+    assert len(data["meta"]["load_avg"]) == 3
     for fig in report.FIGURES:
         f = data["figures"][fig.key]
         assert number(f["value"]), fig.key

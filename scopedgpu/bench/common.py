@@ -59,6 +59,53 @@ def mem_available() -> int | None:
     return None
 
 
+def cpu_model() -> str | None:
+    """The processor's name ("model name" of /proc/cpuinfo; platform.processor() elsewhere),
+    None where neither says."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+    return platform.processor() or None
+
+
+def python_speed_ns(rounds: int = 9, n: int = 20_000) -> float:
+    """Nanoseconds per iteration of a fixed pure-Python loop (a dict update, an attribute
+    read, a method call: the kinds of work scopedgpu's hot paths do), the median of
+    `rounds`. Not a figure: a gauge of the host, stored with every run, because the
+    machines the device tool lends differ (the same code's serve and churn figures read
+    20-30% apart from one call to the next, their C yardsticks with them). Two runs'
+    Python-bound figures compare once scaled by this."""
+    class Box:
+        __slots__ = ("v",)
+
+        def __init__(self) -> None:
+            self.v = 0
+
+        def add(self, k: int) -> None:
+            self.v += k
+
+    def loop() -> None:
+        d: dict[int, int] = {}
+        b = Box()
+        for i in range(n):
+            k = i & 255
+            d[k] = d.get(k, 0) + b.v
+            b.add(k)
+
+    times = []
+    for _ in range(rounds):
+        t0 = time.perf_counter_ns()
+        loop()
+        times.append(time.perf_counter_ns() - t0)
+    times.sort()
+    return times[len(times) // 2] / n
+
+
 class Progress:
     def __init__(self, quiet: bool = False):
         self.t0 = time.perf_counter()

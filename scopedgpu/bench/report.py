@@ -198,7 +198,11 @@ def table(results: dict[str, Any]) -> str:
 def markdown(results: dict[str, Any]) -> str:
     """The table as Markdown, for docs/benchmarks.md."""
     meta = results.get("meta", {})
-    out = [f"Device: {meta.get('device')}; {meta.get('cpus')} CPUs, Python "
+    speed, end = meta.get("python_speed_ns"), meta.get("python_speed_ns_end")
+    host = (f" ({meta.get('cpu_model') or 'processor unknown'}; Python gauge "
+            f"{speed:.1f} ns" + (f", {end:.1f} at the end" if end is not None else "") + ")"
+            if speed is not None else "")
+    out = [f"Device: {meta.get('device')}; {meta.get('cpus')} CPUs{host}, Python "
            f"{meta.get('python')}, numpy {meta.get('numpy')}; C yardstick: "
            f"{'yes' if meta.get('c_device_name') else 'no'}; CuPy: {meta.get('cupy') or 'no'}; "
            f"{meta.get('time_utc')}; command: `{meta.get('command')}`", "",

@@ -32,7 +32,8 @@ import numpy as np
 import scopedgpu as sg
 from scopedgpu.ops import elementwise_groups
 
-from .common import MiB, Progress, builtin_shader, pow2_floor, rss_bytes
+from .common import (MiB, Progress, builtin_shader, cpu_model, pow2_floor, python_speed_ns,
+                     rss_bytes)
 from .cupy_child import CupyChild
 from .report import (
     FIXED,
@@ -152,6 +153,8 @@ class Bench:
             "max_memory_allocation_count": info.max_memory_allocation_count,
             "python": platform.python_version(), "numpy": np.__version__,
             "platform": platform.platform(), "cpus": os.cpu_count(),
+            "cpu_model": cpu_model(), "load_avg": list(os.getloadavg()),
+            "python_speed_ns": round(python_speed_ns(), 2),
             "scopedgpu": sg.__version__, "c_yardstick": note,
             "cupy": self.cupy.version, "cupy_note": self.cupy.note,
             "saxpy_n": self.saxpy_n, "transfer_bytes": self.xfer_bytes,
@@ -178,6 +181,8 @@ class Bench:
             self.results["notes"]["c_yardstick"] = "; ".join(self.c.errors)
         if self.cupy.errors:
             self.results["notes"]["cupy_child"] = "; ".join(self.cupy.errors)
+        # The gauge again: a host whose speed changed during the run shows it here.
+        self.results["meta"]["python_speed_ns_end"] = round(python_speed_ns(), 2)
         self.results["meta"]["seconds"] = round(time.perf_counter() - self.p.t0, 1)
         return self.results
 
