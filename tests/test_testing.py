@@ -332,10 +332,10 @@ import numpy as np
 from hypothesis import settings, strategies as st
 from scopedgpu.testing import Binding, Kernel, LifetimeMachine
 sys.path.insert(0, {str(Path(__file__).resolve().parent / "lifetime")!r})
-from endless import ENDLESS, FLAG_GLSL, ONE_ROUND_GLSL
+from endless import ENDLESS, FLAG_GLSL
 
 # Workgroups that spin while the flag is 0, and the flag is always 0: ENDLESS of them run
-# for weeks, one of one round for a few milliseconds.
+# for weeks, one for a few milliseconds.
 FLAG = Binding("flag", np.uint32, shape=4, role="inout", elements=st.just(0))
 BUDGET = settings(max_examples=10, stateful_step_count=10, deadline=None, derandomize=True,
                   database=None)
@@ -348,8 +348,7 @@ class Endless(LifetimeMachine):
 
 class Ends(LifetimeMachine):
     kernel_timeout = 1.0
-    kernels = [Kernel("spin", ONE_ROUND_GLSL, [FLAG], lambda flag: flag,
-                      workgroup=(1, 1, 1))]
+    kernels = [Kernel("spin", FLAG_GLSL, [FLAG], lambda flag: flag, workgroup=(1, 1, 1))]
 
 
 Endless.TestCase.settings = Ends.TestCase.settings = BUDGET
