@@ -4,6 +4,14 @@ llvmpipe (lavapipe) stops every loop after 65,535 iterations, so a long dispatch
 of many workgroups. Each workgroup first checks a flag in binding 0 (a "host" tensor the
 test writes through its mapping): once the flag is set, the remaining workgroups return at
 once (about 1.5 us each on lavapipe), and the dispatch ends.
+
+On a GPU the flag is not a stop button: Vulkan does not make host writes made while a
+dispatch runs visible to it, and on the NVIDIA H200 the workgroups in flight never see it
+(a kernel that spun until the flag, tried in session 39, ran on until the driver reported
+VK_ERROR_DEVICE_LOST). There the dispatch ends by itself, each workgroup after its 65,535
+iterations: STOPPABLE's in 0.3 to 0.8 s on the H200 (so a test that waits for it after
+setting the flag waits that long), LONG_GPU's about four times as long, for a test that
+must find the work still running after a sleep (busy_sequence(..., long_on_gpu=True)).
 """
 from __future__ import annotations
 
@@ -25,6 +33,9 @@ void main() {
 # About 3 ms per workgroup while the flag is clear (25 minutes for (65535, 8, 1) on two
 # cores), about 1.5 us once it is set (under a second).
 STOPPABLE = (65535, 8, 1)
+# About four times STOPPABLE's length on a GPU (1.2 to 3 s on the H200); on lavapipe,
+# where the flag stops it, about 3 s of returning workgroups once it is set.
+LONG_GPU = (65535, 32, 1)
 # Weeks: only for child processes, which cannot stop it.
 ENDLESS = (65535, 65535, 1)
 
@@ -39,7 +50,11 @@ def set_flag(t) -> None:
     ffi.cast("uint32_t *", t._gpu.address)[0] = 1
 
 
-def busy_sequence(mgr, flag, workgroup=STOPPABLE):
+def busy_sequence(mgr, flag, workgroup=STOPPABLE, long_on_gpu=False):
+    """A sequence of one dispatch of the flag kernel; long_on_gpu: LONG_GPU's workgroups
+    on a device other than a CPU (lavapipe keeps `workgroup`: its flag works)."""
     import scopedgpu as sg
+    if long_on_gpu and mgr.device.type != "cpu":
+        workgroup = LONG_GPU
     algo = mgr.algorithm([flag], sg.compile_glsl(FLAG_GLSL), workgroup=workgroup)
     return mgr.sequence().record(sg.OpAlgoDispatch(algo))

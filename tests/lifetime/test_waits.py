@@ -282,7 +282,9 @@ CTRL_C_CHILD = """
     }
     for kind in sys.argv[1].split(","):
         ffi.cast("uint32_t *", f._gpu.address)[0] = 0
-        seq = busy_sequence(m, f)
+        # Long on a GPU: the test signals 0.3 s after "ready", and STOPPABLE's dispatch
+        # had ended by itself by then on the H200 ("no interrupt eval").
+        seq = busy_sequence(m, f, long_on_gpu=True)
         if kind != "eval":
             seq.eval_async()
         print("ready", kind, flush=True)
