@@ -73,37 +73,50 @@ def cpu_model() -> str | None:
     return platform.processor() or None
 
 
-def python_speed_ns(rounds: int = 9, n: int = 20_000) -> float:
+_GAUGE = """
+import sys, time
+class Box:
+    __slots__ = ("v",)
+    def __init__(self):
+        self.v = 0
+    def add(self, k):
+        self.v += k
+def loop(n):
+    d = {}
+    b = Box()
+    for i in range(n):
+        k = i & 255
+        d[k] = d.get(k, 0) + b.v
+        b.add(k)
+n, rounds, warm = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+end = time.perf_counter() + warm
+while time.perf_counter() < end:
+    loop(n)
+best = None
+for _ in range(rounds):
+    t0 = time.perf_counter_ns()
+    loop(n)
+    t = time.perf_counter_ns() - t0
+    best = t if best is None or t < best else best
+print(round(best / n, 1))
+"""
+
+
+def python_speed_ns(rounds: int = 15, n: int = 20_000, warm_s: float = 0.2) -> float | None:
     """Nanoseconds per iteration of a fixed pure-Python loop (a dict update, an attribute
-    read, a method call: the kinds of work scopedgpu's hot paths do), the median of
-    `rounds`. Not a figure: a gauge of the host, stored with every run, because the
-    machines the device tool lends differ (the same code's serve and churn figures read
-    20-30% apart from one call to the next, their C yardsticks with them). Two runs'
-    Python-bound figures compare once scaled by this."""
-    class Box:
-        __slots__ = ("v",)
-
-        def __init__(self) -> None:
-            self.v = 0
-
-        def add(self, k: int) -> None:
-            self.v += k
-
-    def loop() -> None:
-        d: dict[int, int] = {}
-        b = Box()
-        for i in range(n):
-            k = i & 255
-            d[k] = d.get(k, 0) + b.v
-            b.add(k)
-
-    times = []
-    for _ in range(rounds):
-        t0 = time.perf_counter_ns()
-        loop()
-        times.append(time.perf_counter_ns() - t0)
-    times.sort()
-    return times[len(times) // 2] / n
+    read, a method call: the kinds of work scopedgpu's hot paths do), in a child process
+    of its own: the fastest of `rounds` after `warm_s` seconds of the same loop (the
+    first tens of milliseconds of a process on the H200's host ran it at half speed).
+    Not a figure: a gauge of the host, stored with every run, because the machines the
+    device tool lends differ (the same code's serve and churn figures read 20-30% apart
+    from one call to the next, their C yardsticks with them). None when the child failed."""
+    import subprocess
+    try:
+        out = subprocess.run([sys.executable, "-c", _GAUGE, str(n), str(rounds), str(warm_s)],
+                             capture_output=True, text=True, timeout=60)
+        return float(out.stdout.strip()) if out.returncode == 0 else None
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return None
 
 
 class Progress:

@@ -154,7 +154,7 @@ class Bench:
             "python": platform.python_version(), "numpy": np.__version__,
             "platform": platform.platform(), "cpus": os.cpu_count(),
             "cpu_model": cpu_model(), "load_avg": list(os.getloadavg()),
-            "python_speed_ns": round(python_speed_ns(), 2),
+            "python_speed_ns": python_speed_ns(),
             "scopedgpu": sg.__version__, "c_yardstick": note,
             "cupy": self.cupy.version, "cupy_note": self.cupy.note,
             "saxpy_n": self.saxpy_n, "transfer_bytes": self.xfer_bytes,
@@ -182,7 +182,7 @@ class Bench:
         if self.cupy.errors:
             self.results["notes"]["cupy_child"] = "; ".join(self.cupy.errors)
         # The gauge again: a host whose speed changed during the run shows it here.
-        self.results["meta"]["python_speed_ns_end"] = round(python_speed_ns(), 2)
+        self.results["meta"]["python_speed_ns_end"] = python_speed_ns()
         self.results["meta"]["seconds"] = round(time.perf_counter() - self.p.t0, 1)
         return self.results
 
