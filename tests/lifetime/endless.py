@@ -58,3 +58,38 @@ def busy_sequence(mgr, flag, workgroup=STOPPABLE, long_on_gpu=False):
         workgroup = LONG_GPU
     algo = mgr.algorithm([flag], sg.compile_glsl(FLAG_GLSL), workgroup=workgroup)
     return mgr.sequence().record(sg.OpAlgoDispatch(algo))
+
+
+def _time_it() -> None:
+    """How the flag kernel behaves on the default device: STOPPABLE and LONG_GPU left
+    alone (at most 5 s, then the flag is set), and STOPPABLE with the flag set 0.1 s into
+    it. `python tests/lifetime/endless.py` (the session-39 figures of docs/benchmarks.md)."""
+    import sys
+    import time
+
+    import scopedgpu as sg
+    with sg.Manager() as m:
+        print(m.device)
+        for name, wg, flag_at in (("STOPPABLE", STOPPABLE, None), ("LONG_GPU", LONG_GPU, None),
+                                  ("STOPPABLE", STOPPABLE, 0.1)):
+            f = flag_tensor(m)
+            with busy_sequence(m, f, wg) as seq:
+                t0 = time.perf_counter()
+                seq.eval_async()
+                if flag_at is not None:
+                    time.sleep(flag_at)
+                    set_flag(f)
+                ended = seq.eval_await(5.0)
+                took = time.perf_counter() - t0
+                how = f"ended after {took:.3f} s" if ended else "still running after 5 s"
+                if not ended:
+                    set_flag(f)
+                    seq.eval_await()
+                    how += f", ended {time.perf_counter() - t0 - took:.3f} s after the flag"
+                when = "" if flag_at is None else f", the flag set at {flag_at} s"
+                print(f"{name} {wg}{when}: {how}", file=sys.stdout, flush=True)
+            f.destroy()
+
+
+if __name__ == "__main__":
+    _time_it()
