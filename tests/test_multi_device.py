@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 import scopedgpu as sg
 from scopedgpu.testing import live_counts
@@ -85,6 +86,8 @@ def test_two_managers_wait_at_once_with_the_gil_released(glsl):
             m.close()
 
 
+@pytest.mark.plain_only("its bench runs with the validation layer off in either pass "
+                        "(SCOPEDGPU_DEBUG is removed from its environment): the same work")
 def test_multi_device_bench_quick(tmp_path):
     out = tmp_path / "multi.json"
     env = source_env()
