@@ -6,12 +6,15 @@ test writes through its mapping): once the flag is set, the remaining workgroups
 once (about 1.5 us each on lavapipe), and the dispatch ends.
 
 On a GPU the flag is not a stop button: Vulkan does not make host writes made while a
-dispatch runs visible to it, and on the NVIDIA H200 the workgroups in flight never see it
-(a kernel that spun until the flag, tried in session 39, ran on until the driver reported
-VK_ERROR_DEVICE_LOST). There the dispatch ends by itself, each workgroup after its 65,535
-iterations: STOPPABLE's in 0.3 to 0.8 s on the H200 (so a test that waits for it after
-setting the flag waits that long), LONG_GPU's about four times as long, for a test that
-must find the work still running after a sleep (busy_sequence(..., long_on_gpu=True)).
+dispatch runs visible to it, and on the NVIDIA H200 no workgroup of a running dispatch
+saw it (STOPPABLE's dispatch ended after 0.771 s with the flag set 0.1 s into it, as
+without; a kernel that spun until the flag, tried in session 39, ran on until the driver
+reported VK_ERROR_DEVICE_LOST). There the dispatch ends by itself, each workgroup after
+its 65,535 iterations: STOPPABLE's after about 0.8 s on the H200 (once within 0.3 s), so
+a test that waits for it after setting the flag waits that long; LONG_GPU's after about
+3 s, for a test that must find the work still running after a sleep
+(busy_sequence(..., long_on_gpu=True)). `python tests/lifetime/endless.py` measures both
+on the default device.
 """
 from __future__ import annotations
 
@@ -33,8 +36,8 @@ void main() {
 # About 3 ms per workgroup while the flag is clear (25 minutes for (65535, 8, 1) on two
 # cores), about 1.5 us once it is set (under a second).
 STOPPABLE = (65535, 8, 1)
-# About four times STOPPABLE's length on a GPU (1.2 to 3 s on the H200); on lavapipe,
-# where the flag stops it, about 3 s of returning workgroups once it is set.
+# Four times STOPPABLE's workgroups: 3.08 s on the H200; on lavapipe, where the flag
+# stops it, about 0.4 s once it is set.
 LONG_GPU = (65535, 32, 1)
 # Weeks: only for child processes, which cannot stop it.
 ENDLESS = (65535, 65535, 1)
