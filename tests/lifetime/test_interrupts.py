@@ -473,7 +473,7 @@ def test_waits_on_a_running_sequence(imgr):
     The sweeps above see sequences that complete at once and never take these paths."""
     from endless import busy_sequence, flag_tensor, set_flag
     f = flag_tensor(imgr)
-    seq = busy_sequence(imgr, f)
+    seq = busy_sequence(imgr, f, long_on_gpu=True)
     sub = seq._sub
     seq.eval_async()
     try:

@@ -200,7 +200,7 @@ def test_destroying_a_running_sequence_gives_up_and_frees_it_once_complete(caplo
         base = m.live_objects()
         f = flag_tensor(m)
         other = m.tensor(np.arange(8, dtype=np.float32))
-        seq = busy_sequence(m, f)
+        seq = busy_sequence(m, f, long_on_gpu=True)
         seq.record(sg.OpTensorSyncDevice([other]))
         seq.eval_async()
         assert seq.eval_await(0.2) is False
@@ -237,7 +237,7 @@ def test_downloads_of_work_given_up_on_never_land_later():
     try:
         f = flag_tensor(m)
         t = m.tensor(np.ones(4, np.float32))
-        with busy_sequence(m, f) as seq:
+        with busy_sequence(m, f, long_on_gpu=True) as seq:
             seq.record(sg.OpTensorSyncDevice([t])).record(sg.OpTensorSyncLocal([t]))
             seq.eval_async()
         assert seq.destroyed
@@ -255,7 +255,7 @@ def test_downloads_of_work_given_up_on_never_land_later():
 def test_eval_await_with_a_timeout_returns_false_then_true():
     with sg.Manager() as m:
         f = flag_tensor(m)
-        seq = busy_sequence(m, f)
+        seq = busy_sequence(m, f, long_on_gpu=True)
         seq.eval_async()
         start = time.monotonic()
         assert seq.eval_await(0.25) is False
