@@ -197,8 +197,6 @@ def _has_vulkan_headers(cc: str, include: Path | None) -> bool:
     return res.returncode == 0
 
 
-@pytest.mark.plain_only("its bench runs with the validation layer off in either pass "
-                        "(SCOPEDGPU_DEBUG is removed from its environment): the same work")
 def test_bench_runs_from_the_installed_package(tmp_path):
     """`scopedgpu bench` (the package's scopedgpu.bench) from a folder outside any source
     tree: the latency and saxpy figures next to the C yardstick, compiled where a C
