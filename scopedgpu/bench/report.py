@@ -198,10 +198,13 @@ def table(results: dict[str, Any]) -> str:
 def markdown(results: dict[str, Any]) -> str:
     """The table as Markdown, for docs/benchmarks.md."""
     meta = results.get("meta", {})
-    speed, end = meta.get("python_speed_ns"), meta.get("python_speed_ns_end")
-    host = (f" ({meta.get('cpu_model') or 'processor unknown'}; Python gauge "
-            f"{speed:.1f} ns" + (f", {end:.1f} at the end" if end is not None else "") + ")"
-            if speed is not None else "")
+    host = ""
+    speed = meta.get("python_speed_ns")
+    if speed is not None:
+        end = meta.get("python_speed_ns_end")
+        at_end = f", {end:.1f} at the end" if end is not None else ""
+        host = (f" ({meta.get('cpu_model') or 'processor unknown'}; Python gauge "
+                f"{speed:.1f} ns{at_end})")
     out = [f"Device: {meta.get('device')}; {meta.get('cpus')} CPUs{host}, Python "
            f"{meta.get('python')}, numpy {meta.get('numpy')}; C yardstick: "
            f"{'yes' if meta.get('c_device_name') else 'no'}; CuPy: {meta.get('cupy') or 'no'}; "
