@@ -67,7 +67,6 @@ def _time_it() -> None:
     """How the flag kernel behaves on the default device: STOPPABLE and LONG_GPU left
     alone (at most 5 s, then the flag is set), and STOPPABLE with the flag set 0.1 s into
     it. `python tests/lifetime/endless.py` (the session-39 figures of docs/benchmarks.md)."""
-    import sys
     import time
 
     import scopedgpu as sg
@@ -90,7 +89,7 @@ def _time_it() -> None:
                     seq.eval_await()
                     how += f", ended {time.perf_counter() - t0 - took:.3f} s after the flag"
                 when = "" if flag_at is None else f", the flag set at {flag_at} s"
-                print(f"{name} {wg}{when}: {how}", file=sys.stdout, flush=True)
+                print(f"{name} {wg}{when}: {how}", flush=True)
             f.destroy()
 
 
