@@ -186,7 +186,7 @@ class VkAllocator:
 
 class Block:
     __slots__ = ("id", "handle", "ptr", "size", "mem_type", "heap", "sub", "nallocs",
-                 "free_start", "free_end", "owner")
+                 "free_start", "free_end", "owner", "view")
 
     def __init__(self, bid: int, handle, ptr: int, size: int, mem_type: int, sub: SubPool,
                  heap: int = -1):
@@ -205,6 +205,9 @@ class Block:
         # Host blocks made of imported numpy memory: that array (views of it outlive the
         # block: numpy frees the memory with the last one). None for driver memory.
         self.owner: np.ndarray | None = None
+        # memoryview(owner), made once: tensors slice their staging ranges out of it
+        # (Tensor._view_stage), one buffer export per block instead of one per tensor.
+        self.view: memoryview | None = None
 
 
 class Allocation:
@@ -908,6 +911,7 @@ class Pool:
                 if self.heap_reserved[self._heap_of(t)[0]] + size <= self._heap_of(t)[1]]
         blk = Block(next(self._ids), _vk.NULL, address, size, -1, sub)
         blk.owner = owner
+        blk.view = memoryview(owner)  # type: ignore[arg-type]
         slot = self._making(owner)
         mem_type = self._import_into(slot, address, size, fits)
         if mem_type is None:

@@ -6,6 +6,7 @@ arguments of each call and hands the work to them. See docs/architecture.md.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import numbers
@@ -104,6 +105,14 @@ def _from_dlpack(data: Any) -> np.ndarray:
 _SMALL_TYPES = frozenset({np.float16, np.float32, np.float64, np.int8, np.int16, np.int32,
                           np.int64, np.uint8, np.uint16, np.uint32, np.uint64, float, int})
 _EMPTY_FAST = IMPORT_MIN // 8
+
+
+@functools.lru_cache(maxsize=64)
+def _zeros(n: int, dtype: type) -> np.ndarray:
+    """Read-only zeros of n elements, shared by empty()'s fast path (which copies them)."""
+    z: np.ndarray = np.zeros(n, dtype=dtype)
+    z.flags.writeable = False
+    return z
 
 
 class Manager(NoCopy):
@@ -302,7 +311,7 @@ class Manager(NoCopy):
                         arr = aligned_empty(data.shape, data.dtype, pool.import_align)
                         np.copyto(arr, data)
                         return Tensor(self, st, arr, kind)
-                return Tensor(self, st, data.copy(), kind)
+                return Tensor(self, st, data, kind, borrowed=True)
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
         if isinstance(data, Tensor):
@@ -342,12 +351,13 @@ class Manager(NoCopy):
                 and type(dtype) is type and dtype in _SMALL_TYPES
                 and shape * 8 <= st.pool.size_ok):
             # Fast path (a request's output): small, so nothing to check before numpy
-            # allocates, and numpy's zeros become the host copy itself where tensor()
-            # would take them as they are (it copies them).
-            arr = np.zeros(shape, dtype=dtype)
-            if arr.dtype in self._dtypes_ok:
-                return Tensor(self, st, arr, kind)
-            return self.tensor(arr, kind=kind)
+            # allocates. Zeros of its shape and dtype, shared and read-only, are copied
+            # into the tensor as tensor() copies an array (straight into the staging
+            # range, or a host copy of its own).
+            zeros = _zeros(shape, dtype)
+            if zeros.dtype in self._dtypes_ok:
+                return Tensor(self, st, zeros, kind, borrowed=True)
+            return self.tensor(zeros, kind=kind)
         try:    # a tensor too big for the device fails before numpy allocates it
             dims: list[Any] = [shape] if np.ndim(shape) == 0 else list(shape)  # type: ignore[arg-type]
             nbytes = math.prod(int(d) for d in dims) * np.dtype(dtype).itemsize

@@ -20,6 +20,12 @@ __all__ = ["Tensor", "KINDS", "dtype_feature"]
 
 KINDS = ("device", "host", "storage")
 
+# A borrowed array of at least this many bytes is copied straight into the staging range
+# at creation, which becomes data() (one copy, no host array made); smaller ones get a
+# host copy first, as that costs less than the memoryview and view the switch makes, and
+# switch on first use (_adopt_stage), the tensor churn of small tensors not paying for it.
+ADOPT_MIN = 1024
+
 def _free_unviewed(engine: weakref.ref[Engine], lent: _TensorHandle) -> None:
     """A staging range that was a destroyed tensor's data() (in lent.stage): back to the
     pool once the last numpy view of it is gone (while views live, the range holds their
@@ -124,12 +130,12 @@ class Tensor(Child):
 
     On devices with VK_EXT_external_memory_host, a device tensor's data() is the memory
     the device copies from and to (large tensors: their own page-aligned host copy,
-    imported; small ones: a range of a pool block of imported numpy memory, from the first
-    data() call or sync on), as in kp, where data() is the mapped staging buffer:
-    OpTensorSyncDevice / OpTensorSyncLocal then copy between data() and device memory by
-    DMA while the sequence runs, not at submit and at completion; so do not write data()
-    between eval_async() and eval_await() of a sequence that syncs the tensor (eval() is
-    unaffected).
+    imported; small ones: a range of a pool block of imported numpy memory, from creation
+    for 1 KiB and up, else from the first data() call or sync on), as in kp, where data()
+    is the mapped staging buffer: OpTensorSyncDevice / OpTensorSyncLocal then copy
+    between data() and device memory by DMA while the sequence runs, not at submit and at
+    completion; so do not write data() between eval_async() and eval_await() of a
+    sequence that syncs the tensor (eval() is unaffected).
     """
     # Slots are quicker to set than a fresh __dict__ (tensors are made by the 100,000);
     # "__dict__" keeps room for attributes of the user's own.
@@ -142,7 +148,10 @@ class Tensor(Child):
     _mapped: Allocation | None
 
     def __init__(self, manager: object, engine: Engine, array: np.ndarray, kind: str, *,
-                 fill: bool = True):
+                 fill: bool = True, borrowed: bool = False):
+        # borrowed: `array` is the caller's (Manager.tensor's and empty()'s small device
+        # tensors), so it is copied: straight into the staging range where that can be
+        # data() (ADOPT_MIN bytes and up), else into a new host copy.
         state = engine
         handle = _TensorHandle()
         self._shape = array.shape
@@ -150,7 +159,7 @@ class Tensor(Child):
         self._dtype = array.dtype
         self._kind = kind
         self._nbytes = nbytes = array.nbytes
-        self._host: np.ndarray | None = None if kind == "storage" else array
+        self._host: np.ndarray | None = None if kind == "storage" or borrowed else array
         with state.lock:
             # Checked under the lock: another thread may have closed the manager since
             # Manager.tensor() checked, destroying the pool's device and its mappings.
@@ -169,13 +178,20 @@ class Tensor(Child):
                     self._gpu, self._stage = pair
                     self._mapped = self._stage
                     self._zero_copy = False
+                    self._lent = False
+                    if borrowed:
+                        if nbytes >= ADOPT_MIN and pair[1].block.view is not None:
+                            # New, so no work can use it: its staging range becomes
+                            # data() now (_adopt_stage's switch, with one copy in all).
+                            self._view_stage(handle, array)
+                        else:
+                            self._host = array.copy()
                     self._mgr = manager
                     self._engine = engine
                     self._id = next(ids)
                     self._destroyed = False
                     self._handle = handle
                     self._th = handle
-                    self._lent = False
                     ref: weakref.ref[Any] = weakref.ref(self, state.on_unreachable)
                     self._ref = ref
                     state.handles[ref] = handle
@@ -184,6 +200,10 @@ class Tensor(Child):
                     self._unmake(state, handle, pair)
                     raise
                 return
+            if borrowed:
+                array = array.copy()
+                if kind != "storage":
+                    self._host = array
             pool = state.pool
             try:
                 handle.gpu = pool.alloc(nbytes, "host" if kind == "host" else "device")
@@ -437,20 +457,28 @@ class Tensor(Child):
         with engine.lock:
             if engine.running:
                 return
-            # One object per tensor under every view of data(): the memoryview numpy
-            # makes of the range (frombuffer's base), which every view of data() keeps
-            # alive, and which lives exactly as long as some view does. (A memoryview
-            # slice and frombuffer: a third of the cost of a ctypes array over the range.)
-            offset = stage.offset
-            view = np.frombuffer(memoryview(owner)[offset:offset + self._nbytes],  # type: ignore[arg-type]
-                                 dtype=self._dtype)
-            keeper = view.base
-            if len(self._shape) != 1:   # (1-D: frombuffer's shape already)
-                view = view.reshape(self._shape)
-            np.copyto(view, host)
-            self._th.view = weakref.ref(keeper)
-            self._host = view
-            self._zero_copy = True
+            self._view_stage(self._th, host)
+
+    def _view_stage(self, handle: _TensorHandle, host: np.ndarray) -> None:
+        """Makes the staging range (of a block of imported numpy memory) data(), holding
+        a copy of `host`; the caller holds the lock and knows no work uses the tensor.
+        One object per tensor under every view of data(): the memoryview slice numpy
+        makes the array's base (frombuffer), which every view of data() keeps alive,
+        and which lives exactly as long as some view does (its weak reference in
+        handle.view: the range waits for it). (A memoryview slice and frombuffer: a third
+        of the cost of a ctypes array over the range.)"""
+        stage = self._stage
+        assert stage is not None and stage.block.view is not None
+        offset = stage.offset
+        view = np.frombuffer(stage.block.view[offset:offset + self._nbytes],
+                             dtype=self._dtype)
+        keeper = view.base
+        if len(self._shape) != 1:   # (1-D: frombuffer's shape already)
+            view = view.reshape(self._shape)
+        view[...] = host   # (numpy's setitem: a third less than np.copyto's call)
+        handle.view = weakref.ref(keeper)
+        self._host = view
+        self._zero_copy = True
 
     def write_mapped(self) -> None:
         """Copies the host data into the host-visible range the device reads (before a
