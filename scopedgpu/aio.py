@@ -48,7 +48,7 @@ import os
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from scopedgpu._engine import SPIN_NS
 from scopedgpu._errors import DestroyedError
@@ -345,10 +345,20 @@ _pollers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Poller] = (
     weakref.WeakKeyDictionary())
 
 
+def _nothing() -> None:
+    return None
+
+
+# The loop _add() served last and its poller, both weakly (a finished loop is still
+# collected with its poller, and the poller's entries with it).
+_last: tuple[Callable[[], Any], Callable[[], Any]] = (_nothing, _nothing)
+
+
 def _reset_after_fork() -> None:
-    global _waiter, _pollers
+    global _waiter, _pollers, _last
     _waiter = _Waiter()   # the thread did not survive the fork; its entries are the parent's
     _pollers = weakref.WeakKeyDictionary()
+    _last = (_nothing, _nothing)
 
 
 if hasattr(os, "register_at_fork"):
@@ -420,8 +430,10 @@ async def eval(seq: Sequence, op: Op | None = None) -> Sequence:
     if seq.is_running:
         await wait(seq)
     seq.eval_async(op)
-    # wait(seq)'s work, without its argument checks (done above) and its coroutine.
-    fut = _watch(seq)
+    # wait(seq)'s work, without its argument checks (done above) and its coroutine, and
+    # without polling the fence of the work just submitted (_rewatch): the poller does,
+    # on the loop's next turn. Not running: nothing was recorded, nothing submitted.
+    fut = _add(seq) if seq.submitted else None
     while fut is not None:
         await fut
         fut = _rewatch(seq)
@@ -438,11 +450,17 @@ def _rewatch(seq: Sequence) -> asyncio.Future[Any] | None:
 
 
 def _add(seq: Sequence) -> asyncio.Future[Any]:
+    global _last
     loop = asyncio.get_running_loop()
     fut: asyncio.Future[Any] = loop.create_future()
-    poller = _pollers.get(loop)
-    if poller is None:
-        poller = _pollers[loop] = _Poller(loop)
+    last_loop, last_poller = _last
+    poller = last_poller()
+    if last_loop() is not loop or poller is None:
+        # (a WeakKeyDictionary lookup makes a weakref each time: once per loop here)
+        poller = _pollers.get(loop)
+        if poller is None:
+            poller = _pollers[loop] = _Poller(loop)
+        _last = (weakref.ref(loop), weakref.ref(poller))
     poller.add(_Entry(seq, loop, fut, (id(seq.lock), seq.queue)))
     return fut
 

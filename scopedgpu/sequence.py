@@ -757,6 +757,12 @@ class Sequence(Child):
         return sub.seq if sub.owner is self._handle else None
 
     @property
+    def submitted(self) -> bool:
+        """Whether a submission was made that nobody has seen complete yet: is_running
+        without its fence poll (package-internal: aio.eval right after eval_async)."""
+        return self._running
+
+    @property
     def queue(self) -> int:
         """The index of the queue it is submitted to (package-internal)."""
         return self._queue
