@@ -311,7 +311,7 @@ class Manager(NoCopy):
                         arr = aligned_empty(data.shape, data.dtype, pool.import_align)
                         np.copyto(arr, data)
                         return Tensor(self, st, arr, kind)
-                return Tensor(self, st, data, kind, borrowed=True)
+                return Tensor(self, st, data, kind, True)   # (positional: no kwargs dict)
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
         if isinstance(data, Tensor):
@@ -356,7 +356,7 @@ class Manager(NoCopy):
             # range, or a host copy of its own).
             zeros = _zeros(shape, dtype)
             if zeros.dtype in self._dtypes_ok:
-                return Tensor(self, st, zeros, kind, borrowed=True)
+                return Tensor(self, st, zeros, kind, True)
             return self.tensor(zeros, kind=kind)
         try:    # a tensor too big for the device fails before numpy allocates it
             dims: list[Any] = [shape] if np.ndim(shape) == 0 else list(shape)  # type: ignore[arg-type]

@@ -147,8 +147,8 @@ class Tensor(Child):
     _stage: Allocation | None
     _mapped: Allocation | None
 
-    def __init__(self, manager: object, engine: Engine, array: np.ndarray, kind: str, *,
-                 fill: bool = True, borrowed: bool = False):
+    def __init__(self, manager: object, engine: Engine, array: np.ndarray, kind: str,
+                 borrowed: bool = False, *, fill: bool = True):
         # borrowed: `array` is the caller's (Manager.tensor's and empty()'s small device
         # tensors), so it is copied: straight into the staging range where that can be
         # data() (ADOPT_MIN bytes and up), else into a new host copy.
