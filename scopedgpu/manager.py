@@ -107,6 +107,11 @@ _SMALL_TYPES = frozenset({np.float16, np.float32, np.float64, np.int8, np.int16,
 _EMPTY_FAST = IMPORT_MIN // 8
 
 
+# empty()'s fast path shares read-only zeros up to this many elements (64 of them at
+# most, 128 KiB each at most).
+_ZEROS_SHARED = 16384
+
+
 @functools.lru_cache(maxsize=64)
 def _zeros(n: int, dtype: type) -> np.ndarray:
     """Read-only zeros of n elements, shared by empty()'s fast path (which copies them)."""
@@ -351,12 +356,14 @@ class Manager(NoCopy):
                 and type(dtype) is type and dtype in _SMALL_TYPES
                 and shape * 8 <= st.pool.size_ok):
             # Fast path (a request's output): small, so nothing to check before numpy
-            # allocates. Zeros of its shape and dtype, shared and read-only, are copied
-            # into the tensor as tensor() copies an array (straight into the staging
-            # range, or a host copy of its own).
-            zeros = _zeros(shape, dtype)
+            # allocates. Up to _ZEROS_SHARED elements, zeros of its shape and dtype,
+            # shared and read-only, are copied into the tensor as tensor() copies an
+            # array (straight into the staging range, or a host copy of its own); above,
+            # numpy's zeros become the host copy itself.
+            shared = shape <= _ZEROS_SHARED
+            zeros = _zeros(shape, dtype) if shared else np.zeros(shape, dtype=dtype)
             if zeros.dtype in self._dtypes_ok:
-                return Tensor(self, st, zeros, kind, True)
+                return Tensor(self, st, zeros, kind, shared)
             return self.tensor(zeros, kind=kind)
         try:    # a tensor too big for the device fails before numpy allocates it
             dims: list[Any] = [shape] if np.ndim(shape) == 0 else list(shape)  # type: ignore[arg-type]

@@ -63,12 +63,14 @@ def test_staging_at_creation_where_the_pool_imports_host_memory(mgr):
         assert not y.data().any() and y.data().flags.writeable
 
 
-def test_empty_tensors_share_no_zeros(mgr):
-    """empty()'s fast path copies shared read-only zeros: writing one tensor's data()
-    leaves the zeros, and every later empty(), untouched."""
-    n = 4096
+@pytest.mark.parametrize("n", [4096, 16384, 16385, 40000])
+def test_empty_tensors_share_no_zeros(mgr, n):
+    """empty()'s fast path copies shared read-only zeros (up to 16,384 elements; numpy's
+    own zeros above): writing one tensor's data() leaves the zeros, and every later
+    empty(), untouched."""
     a = mgr.empty(n)
     b = mgr.empty(n)
+    assert a.data().flags.writeable
     a.data()[:] = 5
     assert not b.data().any()
     c = mgr.empty(n)
