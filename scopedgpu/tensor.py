@@ -446,9 +446,8 @@ class Tensor(Child):
         if self._zero_copy or self._lent:
             return
         stage = self._stage
-        owner = stage.block.owner if stage is not None else None
         host = self._host
-        if stage is None or owner is None or host is None or not self._nbytes:
+        if stage is None or stage.block.view is None or host is None or not self._nbytes:
             self._lent = True
             return
         engine = self._engine
