@@ -153,14 +153,16 @@ class _Program:
     """A cached pipeline (sg_program), shared by algorithms with the same SPIR-V and
     specialization constants; refcounted by the algorithms that use it. `spare`: the
     descriptor sets (sg_dset) of its destroyed algorithms, whose work completed, kept for
-    its next ones (Programs.take_spare, keep_spare)."""
-    __slots__ = ("handle", "key", "refs", "spare")
+    its next ones (Programs.take_spare, keep_spare); `bound`, beside it: what each one's
+    bindings were last written with (the _AlgoHandle's `bound`), or None."""
+    __slots__ = ("handle", "key", "refs", "spare", "bound")
 
     def __init__(self, handle: Any, key: tuple):
         self.handle = handle
         self.key = key
         self.refs = 0
         self.spare: list[Any] = []
+        self.bound: list[Any] = []
 
 
 class Programs:
@@ -266,22 +268,28 @@ class Programs:
         if self.spares >= DSETS_KEPT:
             return False
         dset = holder.dset
-        spare = holder.program.spare
+        prog = holder.program
+        bound = prog.bound
         holder.dset = None
         self.spares += 1
-        spare.append(dset)
+        bound += (holder.bound,)   # (`+=`: no call before the last)
+        prog.spare.append(dset)
         return True
 
     @_ki.step
     def take_spare(self, prog: _Program, holder: Any) -> bool:
-        """Moves a spare descriptor set of prog into holder.dset, in one step (subscripts
-        and del, not pop(): a signal right after pop() returned would lose what it
-        popped); False when it has none."""
+        """Moves a spare descriptor set of prog into holder.dset, and what its bindings
+        were last written with into holder.bound, in one step (subscripts and del, not
+        pop(): a signal right after pop() returned would lose what it popped); False
+        when it has none."""
         spare = prog.spare
         if not spare:
             return False
+        bound = prog.bound
         holder.dset = spare[-1]
+        holder.bound = bound[-1]
         del spare[-1]
+        del bound[-1]
         self.spares -= 1
         return True
 
@@ -296,6 +304,7 @@ class Programs:
         spare = prog.spare
         dset = spare[-1]
         del spare[-1]
+        del prog.bound[-1]
         self.spares -= 1
         _vk.dset_destroy(dset)
 

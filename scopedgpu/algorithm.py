@@ -36,7 +36,7 @@ class _SplitProgram:
 
 
 class _AlgoHandle(Handle):
-    __slots__ = ("dset", "program", "programs", "split")
+    __slots__ = ("dset", "program", "programs", "split", "bound")
     close_order = 1   # after the sequences whose commands use it, before tensors
 
     def __init__(self, dset: Any, program: _Program | None, programs: Programs):
@@ -44,6 +44,12 @@ class _AlgoHandle(Handle):
         self.program: _Program | None = program
         self.programs = programs
         self.split: _SplitProgram | None = None
+        # What dset's bindings were written with: the pool's Allocation objects, then the
+        # binding sizes, in one tuple; None when unknown. The pool hands a freed range's
+        # Allocation out again as it is (same block, offset and size) and makes a new one
+        # for any other range, and this reference keeps a dropped one from being
+        # mistaken for a new one: the same objects and sizes mean the same buffer ranges.
+        self.bound: tuple[Any, ...] | None = None
 
     def release(self, state: Engine, closing: bool) -> None:
         # Each taken in the step that frees it: run again after a Ctrl-C, never freed twice.
@@ -718,17 +724,26 @@ class Algorithm(Child):
                 program = state.programs.get(spirv, info, spec, len(tensors), handle,
                                              program_key)
                 ranges = self._ranges = [t.gpu_range for t in tensors]
-                blocks = [r.block.handle for r in ranges]
-                offsets = [r.offset for r in ranges]
                 sizes = [nbytes for _, nbytes in shapes]
                 if state.programs.take_spare(program, handle):
-                    # A destroyed algorithm's set, whose work completed: bound again.
-                    _vk.dset_rebind(handle.dset, program.handle, blocks, offsets, sizes, what)
+                    # A destroyed algorithm's set, whose work completed: bound again,
+                    # unless it holds these bindings already (a service's requests of
+                    # one shape get the ranges and the set a finished one gave back).
+                    bound = (*ranges, *sizes)
+                    if handle.bound != bound:
+                        handle.bound = None   # (unknown if the rebind fails midway)
+                        _vk.dset_rebind(handle.dset, program.handle,
+                                        [r.block.handle for r in ranges],
+                                        [r.offset for r in ranges], sizes, what)
                 else:
                     out = _vk.out("dset")
-                    _vk.dset_create(state.dev, program.handle, blocks, offsets, sizes, out,
+                    _vk.dset_create(state.dev, program.handle,
+                                    [r.block.handle for r in ranges],
+                                    [r.offset for r in ranges], sizes, out,
                                     f"creating the descriptor set of {what}")
                     handle.dset = out[0]
+                    bound = (*ranges, *sizes)
+                handle.bound = bound
                 super().__init__(manager, engine, handle)
                 state.algorithms.refs[self._ref] = None   # (ChildSet.add, inlined)
                 if oversized:

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import scopedgpu as sg
-from scopedgpu import _caches
+from scopedgpu import _caches, _vk
 from tests import shaders
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "lifetime"))
@@ -151,3 +151,62 @@ def test_an_algorithm_finds_its_pipeline_by_its_signatures_key_or_builds_it_agai
     assert mgr.live_objects()["pipelines"] == pipelines
     _run(mgr, x3, y3, o3, a3)
     np.testing.assert_array_equal(o3.data(), np.float32(4) * x3.data() + y3.data())
+
+
+def _counting_rebinds(monkeypatch) -> list[int]:
+    calls = [0]
+    rebind = _vk.dset_rebind
+
+    def counted(*args):
+        calls[0] += 1
+        return rebind(*args)
+
+    monkeypatch.setattr(_vk, "dset_rebind", counted)
+    return calls
+
+
+def test_a_kept_set_bound_to_the_same_ranges_is_not_written_again(mgr, glsl, monkeypatch):
+    # A service's request: tensors, algorithm, run, all destroyed. The next request of
+    # the same shape gets the same pool ranges back (the same Allocation objects) and the
+    # set the last algorithm left: its bindings already hold those ranges.
+    calls = _counting_rebinds(monkeypatch)
+    seen = []
+    for seed in (2, 3, 4, 5):
+        x, y, o, algo = _saxpy(mgr, glsl, seed)
+        seen.append([t.gpu_range for t in (x, y, o)])
+        _run(mgr, x, y, o, algo)
+        np.testing.assert_array_equal(o.data(), np.float32(seed) * x.data() + y.data())
+        for obj in (algo, o, y, x):
+            obj.destroy()
+    # (the precondition: the pool handed the same ranges out each time)
+    assert all(r is s for later in seen[1:] for r, s in zip(later, seen[0]))
+    assert calls[0] == 0, f"{calls[0]} descriptor sets written again for the same ranges"
+
+
+def test_a_kept_set_is_written_again_when_a_range_or_a_size_differs(mgr, glsl, monkeypatch):
+    calls = _counting_rebinds(monkeypatch)
+    x, y, o, algo = _saxpy(mgr, glsl, 2)
+    _run(mgr, x, y, o, algo)
+    spirv = algo._spirv
+    algo.destroy()
+    # The same three ranges in another order: binding 0 is y now.
+    swapped = mgr.algorithm([y, x, o], spirv, push_consts=[3.0])
+    assert calls[0] == 1
+    _run(mgr, y, x, o, swapped)
+    np.testing.assert_array_equal(o.data(), np.float32(3) * y.data() + x.data())
+    swapped.destroy()
+    # The same ranges (size class) again, with tensors one element shorter: the ranges'
+    # sizes differ, so the set is written again.
+    for t in (o, y, x):
+        t.destroy()
+    rng = np.random.default_rng(7)
+    x2 = mgr.tensor(rng.integers(-1000, 1000, N - 1).astype(np.float32))
+    y2 = mgr.tensor(rng.integers(-1000, 1000, N - 1).astype(np.float32))
+    o2 = mgr.empty(N - 1)
+    assert x2.gpu_range is x.gpu_range and o2.gpu_range is o.gpu_range
+    short = mgr.algorithm([x2, y2, o2], spirv, push_consts=[4.0])
+    assert calls[0] == 2
+    _run(mgr, x2, y2, o2, short)
+    np.testing.assert_array_equal(o2.data(), np.float32(4) * x2.data() + y2.data())
+    for obj in (short, o2, y2, x2):
+        obj.destroy()
