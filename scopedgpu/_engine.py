@@ -35,6 +35,7 @@ __all__ = ["Engine", "Roots", "drain", "shutdown", "abandoned_managers", "fence_
            "WAIT_SLICE_NS"]
 
 log = logging.getLogger("scopedgpu")
+_clock = time.perf_counter
 
 # Seconds close(), Sequence.destroy(), the collector and interpreter exit wait for GPU
 # work before they give up on it (Manager(wait_timeout=...), SCOPEDGPU_WAIT_TIMEOUT).
@@ -45,6 +46,12 @@ SPIN_NS = 200_000
 # (see spin_after): a blocking wait's wake-up costs tens of microseconds on NVIDIA's
 # driver, 6 to 20% of a re-evaluated chain of 100 to 1,000 small dispatches.
 SPIN_MAX_NS = 5_000_000
+# collect() polls the running sequences' fences again no sooner than this after a poll
+# that stopped at one still pending (seconds). A service with requests in flight calls
+# it at every creation, several times a request, and the oldest submission it would poll
+# again is mostly still running; the waits and the asyncio poller poll their own fences
+# and are not held back.
+POLL_GAP_S = 20e-6
 
 
 def spin_after(took_s: float, cpu_device: bool) -> int:
@@ -137,6 +144,8 @@ class Engine(Validation):
         # it that the collector frees (closing the manager), instead of this state, which
         # its finalizer holds, keeping both alive until exit.
         self.running: dict[weakref.ref, None] = {}
+        # perf_counter() before which collect() does not poll them (POLL_GAP_S)
+        self.poll_after = 0.0
         # Handle -> the weak references of the sequences whose last submission uses it
         # (their `inflight`), kept from submission to the sequence's next recording or
         # end (Sequence._index): which running sequences use a handle, without a pass
@@ -211,9 +220,11 @@ class Engine(Validation):
                 out.append(seq)
         return out
 
-    def collect(self) -> None:
+    def collect(self, fresh: bool = False) -> None:
         """Releases what finalizers queued and retires sequences whose fences signalled.
-        Called with the lock held at the start of public operations."""
+        Called with the lock held at the start of public operations; their fences are
+        polled at most once per POLL_GAP_S, or now with `fresh` (the accounting calls:
+        live_objects(), memory_stats(), empty_cache(), wait_idle())."""
         garbage = self.garbage
         while garbage:
             handle = garbage[0]
@@ -226,7 +237,7 @@ class Engine(Validation):
                     del garbage[0]
             else:
                 self._release_next(garbage)
-        if self.running:
+        if self.running and (fresh or _clock() >= self.poll_after):
             self.poll_running()
         if self.released:
             self.free_released()
@@ -285,12 +296,14 @@ class Engine(Validation):
                     done.append(seq)
             else:
                 if one_queue:
+                    self.poll_after = _clock() + POLL_GAP_S
                     break
                 if blocked is None:
                     blocked = {q}
                 else:
                     blocked.add(q)
                 if len(blocked) >= self.nqueues:
+                    self.poll_after = _clock() + POLL_GAP_S
                     break
         if done is not None:
             for seq in done:

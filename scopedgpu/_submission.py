@@ -47,7 +47,7 @@ _NULL = _vk.NULL
 class Submission:
     """One sg_seq and what rides on its fence (see the module docstring)."""
     __slots__ = ("cell", "queue", "nqueries", "sig", "led", "waiters", "copies", "stage",
-                 "recyclable", "owner", "label")
+                 "recyclable", "owner", "label", "done")
 
     def __init__(self, queue: int, nqueries: int = 0, *, owner: object = None,
                  recyclable: bool = False, label: str = "a submission"):
@@ -75,6 +75,10 @@ class Submission:
         # never changes and is left unnamed (release() with no `by`).
         self.owner: object = self if owner is None else owner
         self.label = label   # for the log of close() (work given up on)
+        # Its last submission was seen complete (its fence signalled) and none was made
+        # since: free() need not poll the fence. Set by sequences only (Sequence._finish,
+        # cleared as they submit); False: poll.
+        self.done = False
 
     @property
     def seq(self) -> Any:
@@ -142,7 +146,7 @@ class Submission:
             state.released.discard(self)
             return
         h = self.cell[0]
-        if h != _NULL and not closing and _vk.seq_status(h) != 0:
+        if h != _NULL and not closing and not self.done and _vk.seq_status(h) != 0:
             return   # not known complete: collect() tries again
         self.copies = ()
         if self.stage is not None:

@@ -520,7 +520,7 @@ class Manager(NoCopy):
         (empty blocks kept for reuse) and cache_limit_bytes (the most of them kept)."""
         st = self._open()
         with st.lock:
-            st.collect()
+            st.collect(True)
             stats = st.pool.stats()
             stats["tensors"] = len(st.tensors)
             stats["memory_limit"] = st.pool.memory_limit or 0
@@ -532,7 +532,7 @@ class Manager(NoCopy):
         the device; returns the bytes freed."""
         st = self._open()
         with st.lock:
-            st.collect()
+            st.collect(True)
             st.programs.drop_unused()
             st.seq_cache.drop()
             return st.pool.empty_cache()
@@ -564,7 +564,7 @@ class Manager(NoCopy):
                 counts.update(tensors=0, algorithms=0, sequences=0, pending_releases=0,
                               pinned=0)
                 return counts
-            st.collect()
+            st.collect(True)
             counts = shim_live_counts(st.dev)
             del counts["instances"]
             # Counted from the caches' own bookkeeping, under the lock that guards them.
@@ -596,7 +596,7 @@ class Manager(NoCopy):
             # first, in slices (vkDeviceWaitIdle cannot be interrupted).
             drain(st, None)
             _vk.check(_vk.device_wait_idle(st.dev), "waiting for the device to be idle")
-            st.collect()
+            st.collect(True)
             for seq in st.running_seqs():
                 seq.finish()
             st.check_validation("waiting for the device")

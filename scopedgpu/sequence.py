@@ -530,6 +530,7 @@ class Sequence(Child):
             try:
                 self._running = False
                 sub = self._sub
+                sub.done = True   # (every caller saw its fence signalled, or the device idle)
                 if sub.copies:
                     sub.complete(_copy)
                 if self._want_timestamps and self._h is not None and self._ts_due:
@@ -566,7 +567,8 @@ class Sequence(Child):
     @_ki.step
     def _enter_running(self, state: Engine) -> None:
         """Running, in the engine's (weak, in submission order) and the manager's (strong)
-        sets, in one step."""
+        sets, in one step (and its submission no longer known complete)."""
+        self._sub.done = False
         self._running = True
         state.running[self._ref] = None
         self._roots.running.add(self)

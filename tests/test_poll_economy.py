@@ -1,0 +1,78 @@
+"""Fence polls a service does not need: creation calls (which collect() completed work)
+poll a pending fence again only POLL_GAP_S after they last found one pending, while a
+sequence's own waits and is_running, and the accounting calls (live_objects(),
+memory_stats(), empty_cache(), wait_idle()), poll at once; and a sequence seen complete
+is freed (or kept for reuse) without polling its fence again."""
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+
+import scopedgpu as sg
+from scopedgpu import _engine, _vk
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "lifetime"))
+from endless import busy_sequence, flag_tensor, set_flag
+
+
+def _counting_polls(monkeypatch) -> list[int]:
+    calls = [0]
+    status = _vk.seq_status
+
+    def counted(h):
+        calls[0] += 1
+        return status(h)
+
+    monkeypatch.setattr(_vk, "seq_status", counted)
+    return calls
+
+
+def test_creations_poll_a_pending_fence_once_per_gap_and_accounting_polls_at_once(
+        mgr, monkeypatch):
+    monkeypatch.setattr(_engine, "POLL_GAP_S", 3600.0)
+    flag = flag_tensor(mgr)
+    seq = busy_sequence(mgr, flag)
+    algo = seq._ops[0].algorithm
+    calls = _counting_polls(monkeypatch)
+    seq.eval_async()
+    made = []
+    try:
+        for _ in range(4):
+            made.append(mgr.tensor(np.ones(16, np.float32)))   # each one collect()s
+        assert calls[0] == 1, "creations polled the pending fence again within the gap"
+        assert seq.is_running          # its own poll is not held back
+        assert calls[0] == 2
+        assert mgr.live_objects()["sequences"] >= 1   # nor the accounting calls'
+        assert calls[0] == 3
+        mgr.memory_stats()
+        assert calls[0] == 4
+    finally:
+        set_flag(flag)
+    assert seq.eval_await(120)
+    # Completed (seen by its wait): the data of the tensors made meanwhile is intact.
+    for t in made:
+        np.testing.assert_array_equal(t.numpy(), np.ones(16, np.float32))
+        t.destroy()
+    seq.destroy()
+    algo.destroy()
+    flag.destroy()
+
+
+def test_a_sequence_seen_complete_is_released_without_polling_its_fence(mgr, monkeypatch):
+    x = np.arange(64, dtype=np.float32)
+    with mgr.tensor(x) as a, mgr.tensor(x) as b, mgr.empty(64) as out:
+        with mgr.sequence() as seq:
+            seq.record(sg.OpTensorSyncDevice([a, b])).record(sg.OpMult([a, b, out]))
+            seq.record(sg.OpTensorSyncLocal([out]))
+            seq.eval()
+            calls = _counting_polls(monkeypatch)
+        assert calls[0] == 0, f"{calls[0]} polls of a fence seen signalled"
+        np.testing.assert_array_equal(out.data(), x * x)
+        # The sequence's command buffer and fence went back to the cache, and the next
+        # sequence runs on them.
+        with mgr.sequence() as again:
+            again.record(sg.OpMult([out, a, b])).record(sg.OpTensorSyncLocal([b]))
+            again.eval()
+        np.testing.assert_array_equal(b.data(), x * x * x)
