@@ -212,7 +212,9 @@ class Manager(NoCopy):
                           f"by SCOPEDGPU_DEVICE={env!r}" if env is not None else
                           "by default (the best type: discrete > integrated > virtual > "
                           "cpu, then the lowest index)", "on" if debug else "off")
-            state.pool = Pool(state.dev, info, memory_limit, on_oom=state.collect)
+            # (out of memory: every fence polled now, not after collect()'s gap)
+            state.pool = Pool(state.dev, info, memory_limit,
+                              on_oom=functools.partial(state.collect, True))
             state.seq_cache = SequenceCache(state)
             state.programs = Programs(state)
             state.reflections = Reflections(info)

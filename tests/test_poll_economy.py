@@ -1,8 +1,8 @@
 """Fence polls a service does not need: creation calls (which collect() completed work)
 poll a pending fence again only POLL_GAP_S after they last found one pending, while a
 sequence's own waits and is_running, and the accounting calls (live_objects(),
-memory_stats(), empty_cache(), wait_idle()), poll at once; and a sequence seen complete
-is freed (or kept for reuse) without polling its fence again."""
+memory_stats(), empty_cache(), wait_idle()) and a pool out of memory, poll at once; and a
+sequence seen complete is freed (or kept for reuse) without polling its fence again."""
 from __future__ import annotations
 
 import os
@@ -14,7 +14,7 @@ import scopedgpu as sg
 from scopedgpu import _engine, _vk
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "lifetime"))
-from endless import busy_sequence, flag_tensor, set_flag
+from endless import FLAG_GLSL, STOPPABLE, busy_sequence, flag_tensor, set_flag
 
 
 def _counting_polls(monkeypatch) -> list[int]:
@@ -76,3 +76,33 @@ def test_a_sequence_seen_complete_is_released_without_polling_its_fence(mgr, mon
             again.record(sg.OpMult([out, a, b])).record(sg.OpTensorSyncLocal([b]))
             again.eval()
         np.testing.assert_array_equal(b.data(), x * x * x)
+
+
+def test_out_of_memory_polls_at_once_and_frees_what_completed_work_held(monkeypatch):
+    # A tensor destroyed while a sequence used it is freed once that sequence is seen
+    # complete. A creation that finds the pool full lets the manager retire finished work
+    # first: it must poll then, whatever the gap says.
+    monkeypatch.setattr(_engine, "POLL_GAP_S", 3600.0)
+    n = 16 << 20   # floats: 64 MiB
+    with sg.Manager(memory_limit=160 << 20) as mgr:
+        big = mgr.tensor(np.ones(n, np.float32), kind="storage")
+        flag = flag_tensor(mgr)
+        # The flag kernel with `big` bound too (binding 1, which it does not use).
+        algo = mgr.algorithm([flag, big], sg.compile_glsl(FLAG_GLSL), workgroup=STOPPABLE)
+        seq = mgr.sequence().record(sg.OpAlgoDispatch(algo))
+        seq.eval_async()
+        try:
+            big.destroy()                  # in use: freed once the sequence completes
+            mgr.tensor(np.ones(4, np.float32)).destroy()   # finds it pending: the gap
+        finally:
+            set_flag(flag)
+        h = seq.fence
+        while _vk.seq_status(h) != 0:     # complete, and not yet seen by the manager
+            pass
+        # 64 MiB of device memory and 64 of staging for its upload: within the limit only
+        # with the destroyed tensor's range given back.
+        again = mgr.tensor(np.full(n, 2.0, np.float32), kind="storage")
+        assert not seq.is_running
+        assert mgr.memory_stats()["allocated_bytes"] < 2 * n * 4
+        for obj in (again, seq, algo, flag):
+            obj.destroy()
