@@ -504,3 +504,15 @@ def test_serve_long_verdict_names_each_failure():
     assert lines == ["chunk 1: 2 wrong result(s)",
                      "chunk 1: live objects differ from the baseline by {'tensors': 3}",
                      "chunk 1: RSS +30.5 MiB over the baseline (limit 16)"]
+
+
+def test_ab_steady_leaves_out_the_workers_of_a_disturbed_machine_within_each_version():
+    from scopedgpu.bench import ab
+    # Session 43's H200 call: whole worker processes at 46-52 us against 16-18.
+    a = [{"latency_us": v} for v in (16.1, 46.3, 17.9, 18.0, 52.0)]
+    b = [{"latency_us": v} for v in (48.0, 51.0, 47.5)]   # all disturbed alike: all kept
+    assert [r["latency_us"] for r in ab.steady(a)] == [16.1, 17.9, 18.0]
+    assert ab.steady(b) == b
+    # A version that is slower itself keeps every worker (its best is slow too).
+    slow = [{"latency_us": v} for v in (30.0, 31.0, 29.5)]
+    assert ab.steady(slow) == slow
