@@ -735,6 +735,8 @@ class Algorithm(Child):
                         _vk.dset_rebind(handle.dset, program.handle,
                                         [r.block.handle for r in ranges],
                                         [r.offset for r in ranges], sizes, what)
+                    else:
+                        bound = handle.bound   # (the old tuple: one object less made to last)
                 else:
                     out = _vk.out("dset")
                     _vk.dset_create(state.dev, program.handle,
