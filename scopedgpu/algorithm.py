@@ -725,26 +725,25 @@ class Algorithm(Child):
                                              program_key)
                 ranges = self._ranges = [t.gpu_range for t in tensors]
                 sizes = [nbytes for _, nbytes in shapes]
-                if state.programs.take_spare(program, handle):
-                    # A destroyed algorithm's set, whose work completed: bound again,
-                    # unless it holds these bindings already (a service's requests of
-                    # one shape get the ranges and the set a finished one gave back).
-                    bound = (*ranges, *sizes)
-                    if handle.bound != bound:
-                        handle.bound = None   # (unknown if the rebind fails midway)
-                        _vk.dset_rebind(handle.dset, program.handle,
-                                        [r.block.handle for r in ranges],
-                                        [r.offset for r in ranges], sizes, what)
-                    else:
-                        bound = handle.bound   # (the old tuple: one object less made to last)
+                bound = (*ranges, *sizes)
+                # A destroyed algorithm's set, whose work completed, is bound again
+                # unless it holds these bindings already (a service's requests of one
+                # shape get the ranges and the set a finished one gave back).
+                spare = state.programs.take_spare(program, handle)
+                if spare and handle.bound == bound:
+                    bound = handle.bound   # (the old tuple: one object less made to last)
                 else:
-                    out = _vk.out("dset")
-                    _vk.dset_create(state.dev, program.handle,
-                                    [r.block.handle for r in ranges],
-                                    [r.offset for r in ranges], sizes, out,
-                                    f"creating the descriptor set of {what}")
-                    handle.dset = out[0]
-                    bound = (*ranges, *sizes)
+                    blocks = [r.block.handle for r in ranges]
+                    offsets = [r.offset for r in ranges]
+                    if spare:
+                        handle.bound = None   # (unknown if the rebind fails midway)
+                        _vk.dset_rebind(handle.dset, program.handle, blocks, offsets, sizes,
+                                        what)
+                    else:
+                        out = _vk.out("dset")
+                        _vk.dset_create(state.dev, program.handle, blocks, offsets, sizes,
+                                        out, f"creating the descriptor set of {what}")
+                        handle.dset = out[0]
                 handle.bound = bound
                 super().__init__(manager, engine, handle)
                 state.algorithms.refs[self._ref] = None   # (ChildSet.add, inlined)
