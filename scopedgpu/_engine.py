@@ -295,16 +295,16 @@ class Engine(Validation):
                 else:
                     done.append(seq)
             else:
-                if one_queue:
-                    self.poll_after = _clock() + POLL_GAP_S
-                    break
-                if blocked is None:
-                    blocked = {q}
-                else:
-                    blocked.add(q)
-                if len(blocked) >= self.nqueues:
-                    self.poll_after = _clock() + POLL_GAP_S
-                    break
+                if not one_queue:
+                    if blocked is None:
+                        blocked = {q}
+                    else:
+                        blocked.add(q)
+                    if len(blocked) < self.nqueues:
+                        continue     # other queues may hold completed work
+                # Every queue waits on a pending fence: creations poll again after the gap.
+                self.poll_after = _clock() + POLL_GAP_S
+                break
         if done is not None:
             for seq in done:
                 seq.finish()

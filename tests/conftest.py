@@ -49,6 +49,23 @@ def mgr():
 
 
 @pytest.fixture
+def count_calls(monkeypatch):
+    """count_calls(module, name) wraps module.name, for this test, in a function that counts
+    its calls; returns the one-item list holding the count."""
+    def wrap(module: object, name: str) -> list[int]:
+        calls = [0]
+        real = getattr(module, name)
+
+        def counted(*args, **kwargs):
+            calls[0] += 1
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, counted)
+        return calls
+    return wrap
+
+
+@pytest.fixture
 def glsl():
     """Compiles GLSL (cached on disk, so machines without glslc can reuse the cache)."""
     return sg.compile_glsl

@@ -153,23 +153,11 @@ def test_an_algorithm_finds_its_pipeline_by_its_signatures_key_or_builds_it_agai
     np.testing.assert_array_equal(o3.data(), np.float32(4) * x3.data() + y3.data())
 
 
-def _counting_rebinds(monkeypatch) -> list[int]:
-    calls = [0]
-    rebind = _vk.dset_rebind
-
-    def counted(*args):
-        calls[0] += 1
-        return rebind(*args)
-
-    monkeypatch.setattr(_vk, "dset_rebind", counted)
-    return calls
-
-
-def test_a_kept_set_bound_to_the_same_ranges_is_not_written_again(mgr, glsl, monkeypatch):
+def test_a_kept_set_bound_to_the_same_ranges_is_not_written_again(mgr, glsl, count_calls):
     # A service's request: tensors, algorithm, run, all destroyed. The next request of
     # the same shape gets the same pool ranges back (the same Allocation objects) and the
     # set the last algorithm left: its bindings already hold those ranges.
-    calls = _counting_rebinds(monkeypatch)
+    calls = count_calls(_vk, "dset_rebind")
     seen = []
     for seed in (2, 3, 4, 5):
         x, y, o, algo = _saxpy(mgr, glsl, seed)
@@ -183,8 +171,8 @@ def test_a_kept_set_bound_to_the_same_ranges_is_not_written_again(mgr, glsl, mon
     assert calls[0] == 0, f"{calls[0]} descriptor sets written again for the same ranges"
 
 
-def test_a_kept_set_is_written_again_when_a_range_or_a_size_differs(mgr, glsl, monkeypatch):
-    calls = _counting_rebinds(monkeypatch)
+def test_a_kept_set_is_written_again_when_a_range_or_a_size_differs(mgr, glsl, count_calls):
+    calls = count_calls(_vk, "dset_rebind")
     x, y, o, algo = _saxpy(mgr, glsl, 2)
     _run(mgr, x, y, o, algo)
     spirv = algo._spirv

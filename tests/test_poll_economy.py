@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -17,25 +18,13 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "lifetime"))
 from endless import FLAG_GLSL, STOPPABLE, busy_sequence, flag_tensor, set_flag
 
 
-def _counting_polls(monkeypatch) -> list[int]:
-    calls = [0]
-    status = _vk.seq_status
-
-    def counted(h):
-        calls[0] += 1
-        return status(h)
-
-    monkeypatch.setattr(_vk, "seq_status", counted)
-    return calls
-
-
 def test_creations_poll_a_pending_fence_once_per_gap_and_accounting_polls_at_once(
-        mgr, monkeypatch):
+        mgr, monkeypatch, count_calls):
     monkeypatch.setattr(_engine, "POLL_GAP_S", 3600.0)
     flag = flag_tensor(mgr)
     seq = busy_sequence(mgr, flag)
     algo = seq._ops[0].algorithm
-    calls = _counting_polls(monkeypatch)
+    calls = count_calls(_vk, "seq_status")
     seq.eval_async()
     made = []
     try:
@@ -60,14 +49,14 @@ def test_creations_poll_a_pending_fence_once_per_gap_and_accounting_polls_at_onc
     flag.destroy()
 
 
-def test_a_sequence_seen_complete_is_released_without_polling_its_fence(mgr, monkeypatch):
+def test_a_sequence_seen_complete_is_released_without_polling_its_fence(mgr, count_calls):
     x = np.arange(64, dtype=np.float32)
     with mgr.tensor(x) as a, mgr.tensor(x) as b, mgr.empty(64) as out:
         with mgr.sequence() as seq:
             seq.record(sg.OpTensorSyncDevice([a, b])).record(sg.OpMult([a, b, out]))
             seq.record(sg.OpTensorSyncLocal([out]))
             seq.eval()
-            calls = _counting_polls(monkeypatch)
+            calls = count_calls(_vk, "seq_status")
         assert calls[0] == 0, f"{calls[0]} polls of a fence seen signalled"
         np.testing.assert_array_equal(out.data(), x * x)
         # The sequence's command buffer and fence went back to the cache, and the next
@@ -97,8 +86,9 @@ def test_out_of_memory_polls_at_once_and_frees_what_completed_work_held(monkeypa
         finally:
             set_flag(flag)
         h = seq.fence
+        deadline = time.monotonic() + 60   # (the flag kernel ends within a second once set)
         while _vk.seq_status(h) != 0:     # complete, and not yet seen by the manager
-            pass
+            assert time.monotonic() < deadline, "the flag kernel did not end once stopped"
         # 64 MiB of device memory and 64 of staging for its upload: within the limit only
         # with the destroyed tensor's range given back.
         again = mgr.tensor(np.full(n, 2.0, np.float32), kind="storage")
