@@ -129,6 +129,13 @@ def test_bench_quick_serves_and_chains_against_c(quick_run):
     tuned = serve["gc_tuned"]
     assert tuned["in_flight"] == report.SERVE_LEVELS[-1] and tuned["wrong"] == 0
     assert tuned["threshold"] == [50_000, 20, 20] and tuned["per_s"] > 0
+    # the goal's two levels again with the collector off: not one collection in either
+    off = serve["gc_off"]
+    assert [r["in_flight"] for r in off] == [report.SERVE_LEVELS[1], report.SERVE_LEVELS[-1]]
+    for r in off:
+        assert r["gc_collections"] == [0, 0, 0] and r["gc_share"] == 0, r
+        assert r["wrong"] == 0 and r["per_s"] > 0 and r["requests"] >= 2 * r["in_flight"], r
+    assert "with the collector off" in res.stdout
     for k in report.CHAIN_KS:
         f = figs[f"dispatch_chain_{k}"]
         assert number(f["value"]) and f["value"] > 0 and f["k"] == k, k

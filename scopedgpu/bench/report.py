@@ -115,6 +115,16 @@ def notes(results: dict[str, Any]) -> list[str]:
                        f"(p99/p50 {num(r['p99_over_p50'])}), wrong results "
                        f"{r['wrong']}; C: p50 {num(c.get('p50_us'))} us, "
                        f"p99 {num(c.get('p99_us'))} us")
+        tuned = serve.get("gc_tuned")
+        off = serve.get("gc_off") or []
+        if tuned or off:
+            parts = []
+            if tuned:
+                parts.append(f"{tuned['in_flight']:,} in flight with gc.set_threshold"
+                             f"{tuple(tuned['threshold'])} {num(tuned['per_s'], '1/s')}/s")
+            parts += [f"{r['in_flight']:,} in flight with the collector off "
+                      f"{num(r['per_s'], '1/s')}/s" for r in off]
+            out.append("serve, the collector's part (not figures): " + "; ".join(parts))
         out.append(f"serve: RSS {serve['rss_growth_mib']:+.1f} MiB over "
                    f"{serve['requests']:,} requests; live objects "
                    + ("back to baseline" if not serve["live_delta"]

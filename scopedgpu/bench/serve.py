@@ -194,6 +194,20 @@ def bench_serve(b: Bench) -> None:
     b.p.say(f"serve, {c:,} in flight, gc.set_threshold{SERVICE_GC_THRESHOLD}: "
             f"{tuned['per_s']:,.0f} requests/s, {tuned['loop_cpu_us']:,.0f} us of the loop's "
             f"CPU a request, {tuned['gc_share']:.0%} in the collector, {tuned['wrong']} wrong")
+    # Nor these: the goal's two levels (16 and the most in flight) with the collector off
+    # (gc.disable() for the level, its warm-up included): what the rest of a request costs
+    # as more are in flight, the collector's part set apart.
+    gc_off: list[dict[str, Any]] = []
+    for c in (SERVE_LEVELS[1], SERVE_LEVELS[-1]):
+        gc.collect()
+        gc.disable()
+        try:
+            gc_off.append(warmed_level(mgr, spirv, c, seconds, least, data))
+        finally:
+            gc.enable()
+    b.p.say("serve with the collector off (gc.disable()): " + ", ".join(
+        f"{r['in_flight']:,} in flight {r['per_s']:,.0f} requests/s "
+        f"({r['loop_cpu_us']:,.0f} us of the loop's CPU a request)" for r in gc_off))
     gc.collect()
     mgr.empty_cache()
     live1 = mgr.live_objects()
@@ -212,7 +226,7 @@ def bench_serve(b: Bench) -> None:
         "request": f"{N} float32 in, y = a * x (local size 64, push constant a), out; "
                    "tensors, algorithm and sequence per request in with blocks; "
                    "awaited through scopedgpu.aio.eval",
-        "levels": levels, "gc_tuned": tuned, "requests": total,
+        "levels": levels, "gc_tuned": tuned, "gc_off": gc_off, "requests": total,
         "rss_growth_mib": (rss1 - rss0) / MiB,
         "live_before": live0, "live_after": live1, "live_delta": delta}
     by_c = {r["in_flight"]: r for r in levels}
@@ -235,6 +249,6 @@ def bench_serve(b: Bench) -> None:
               c_p99_us=cr["p99_us"] if cr else None, c_wrong=cr["bad"] if cr else None)
     b.p.say(f"serve: RSS {(rss1 - rss0) / MiB:+.1f} MiB over {total:,} requests, live "
             f"objects {'flat' if not delta else delta}")
-    wrong = sum(r["wrong"] for r in levels) + tuned["wrong"]
+    wrong = sum(r["wrong"] for r in levels + gc_off) + tuned["wrong"]
     if wrong:
         raise AssertionError(f"serve: {wrong} results differ from numpy's")
