@@ -4,9 +4,11 @@ numbers, the per-size round trips from 4 KiB with the C yardstick's best path, a
 streamed saxpy. No timing is asserted (CI machines are noisy)."""
 from __future__ import annotations
 
+import gc
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -511,6 +513,38 @@ def test_serve_long_verdict_names_each_failure():
     assert lines == ["chunk 1: 2 wrong result(s)",
                      "chunk 1: live objects differ from the baseline by {'tensors': 3}",
                      "chunk 1: RSS +30.5 MiB over the baseline (limit 16)"]
+
+
+def test_serve_layers_times_each_part_of_a_served_request(tmp_path, capsys):
+    """scopedgpu.bench.serve_layers (issue 24: where a served request's time goes): the five
+    variants, each adding a part, timed in rounds with the collector off; every result of
+    the served variant right, live objects back to their baseline, a row a part."""
+    from scopedgpu.bench import serve_layers
+    path = tmp_path / "parts.json"
+    was_on = gc.isenabled()
+    rc = serve_layers.main(["--in-flight", "8", "--requests", "150", "--rounds", "2",
+                           "--json", str(path)])
+    out = capsys.readouterr().out
+    assert gc.isenabled() == was_on      # the collector as it was
+    got = json.loads(path.read_text())
+    assert rc == 0 and got["failures"] == [], out
+    assert [r["part"] for r in got["parts"]] == list(serve_layers.PARTS)
+    for r in got["parts"]:
+        assert len(r["rounds_us"]) == 2 and all(v > 0 for v in r["rounds_us"]), r
+        assert r["us"] == pytest.approx(statistics.median(r["rounds_us"]))
+    assert sum(r["added_us"] for r in got["parts"]) == pytest.approx(got["parts"][-1]["us"])
+    assert all(f"\n{p} " in out for p in serve_layers.PARTS), out
+
+
+def test_serve_layers_fails_on_a_wrong_result():
+    """Its check can fail: with numpy's answers made wrong, every served result differs and
+    the exit status is 1."""
+    from scopedgpu.bench import serve, serve_layers
+    xs, alphas, refs = serve.requests()
+    bad = (xs, alphas, [r + np.float32(1) for r in refs])
+    out = serve_layers.run(4, 20, 1, data=bad)
+    assert out["failures"] and "differ from numpy's" in out["failures"][0]
+    assert out["failures"][0].startswith(f"{20 + max(2 * 4, 100)} result(s)")
 
 
 def test_ab_steady_leaves_out_the_workers_of_a_disturbed_machine_within_each_version():

@@ -1,0 +1,176 @@
+"""A served request's time in layers (issue 24: where a request's time goes): the serve
+figure's request (serve.py) cut into parts, each variant adding one part to the one
+before it, served as the figure serves (a task per request, at most C in flight), rounds
+alternating the variants in one process with the cyclic collector off, and the loop
+thread's CPU time a request (`time.thread_time()`), medians of the rounds.
+
+    python -m scopedgpu.bench.serve_layers [--in-flight 16] [--requests 3000]
+        [--rounds 5] [--device N] [--json FILE]
+
+The parts, each row adding its part to the row above:
+  nothing    the driver, a task and one `await asyncio.sleep(0)`
+  tensors    + the request's two tensors (`mgr.tensor(x)`, `mgr.empty(n)`), its result
+             read (`ty.numpy()`), both destroyed
+  algorithm  + its algorithm
+  sequence   + its sequence and its three ops recorded (never submitted)
+  eval       + `await aio.eval(seq)` in place of `sleep(0)`: the request as served
+
+Every result of the served variant is compared with numpy's, bit for bit. Exit status 1
+when one differs, or when the manager's live objects (`live_objects(caches=False)`)
+did not return to their baseline after the run and `empty_cache()`. The collector is
+off so that its share (which the serve figure reports per level, and its levels with the
+collector off) falls on no part; docs/benchmarks.md has the H200's table. (serve_parts.py
+times each step alone in a loop, without asyncio, beside the shim's own calls; here the
+parts are timed in place, as a service runs them.)
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import statistics
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+import scopedgpu as sg
+from scopedgpu import aio
+
+from .serve import INPUTS, requests, scale_spirv
+
+PARTS = ("nothing", "tensors", "algorithm", "sequence", "eval")
+_EVAL = len(PARTS) - 1
+
+
+async def request(mgr: sg.Manager, spirv: bytes, part: int, x: np.ndarray, a: float
+                  ) -> np.ndarray | None:
+    """serve.handle() up to part `part` (an index of PARTS), then one await."""
+    if part == 0:
+        await asyncio.sleep(0)
+        return None
+    with mgr.tensor(x) as tx, mgr.empty(x.size) as ty:
+        if part == 1:
+            await asyncio.sleep(0)
+            return ty.numpy()
+        with mgr.algorithm([tx, ty], spirv, push_consts=[a]) as algo:
+            if part == 2:
+                await asyncio.sleep(0)
+                return ty.numpy()
+            with mgr.sequence() as seq:
+                seq.record(sg.OpTensorSyncDevice([tx]))
+                seq.record(sg.OpAlgoDispatch(algo))
+                seq.record(sg.OpTensorSyncLocal([ty]))
+                if part == 3:
+                    await asyncio.sleep(0)
+                else:
+                    await aio.eval(seq)
+                return ty.numpy()
+
+
+async def serve_part(mgr: sg.Manager, spirv: bytes, part: int, in_flight: int, count: int,
+                     data: tuple[list[np.ndarray], list[float], list[np.ndarray]]
+                     ) -> tuple[float, int]:
+    """Serves `count` requests of variant `part` with at most `in_flight` at once; returns
+    the loop thread's CPU time a request (us) and, for the served variant, the count of
+    results that differ from numpy's."""
+    xs, alphas, refs = data
+    want = [r.tobytes() for r in refs]
+    gate = asyncio.Semaphore(in_flight)
+    tasks: set[asyncio.Task] = set()
+    wrong = [0]
+
+    async def one(i: int) -> None:
+        try:
+            y = await request(mgr, spirv, part, xs[i % INPUTS], alphas[i % INPUTS])
+            if part == _EVAL and (y is None or y.tobytes() != want[i % INPUTS]):
+                wrong[0] += 1
+        finally:
+            gate.release()
+
+    cpu0 = time.thread_time()
+    for i in range(count):
+        await gate.acquire()
+        task = asyncio.create_task(one(i))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+    await asyncio.gather(*tasks)
+    return (time.thread_time() - cpu0) / count * 1e6, wrong[0]
+
+
+def run(in_flight: int, count: int, rounds: int, device: int | None = None,
+        data: tuple[list[np.ndarray], list[float], list[np.ndarray]] | None = None
+        ) -> dict[str, Any]:
+    data = data if data is not None else requests()
+    spirv = scale_spirv()
+    times: dict[str, list[float]] = {p: [] for p in PARTS}
+    wrong = 0
+    with sg.Manager(device) as mgr:
+        name = mgr.device.name
+        before = mgr.live_objects(caches=False)
+        for part in range(len(PARTS)):   # warm: pipeline, pool, caches at this depth
+            wrong += asyncio.run(serve_part(mgr, spirv, part, in_flight,
+                                            max(2 * in_flight, 100), data))[1]
+        gc.collect()
+        was_on = gc.isenabled()
+        gc.disable()
+        try:
+            for _ in range(rounds):
+                for part, label in enumerate(PARTS):
+                    us, bad = asyncio.run(serve_part(mgr, spirv, part, in_flight, count, data))
+                    times[label].append(us)
+                    wrong += bad
+        finally:
+            if was_on:
+                gc.enable()
+        mgr.empty_cache()
+        after = mgr.live_objects(caches=False)
+    medians = {p: statistics.median(v) for p, v in times.items()}
+    rows = []
+    prev = 0.0
+    for p in PARTS:
+        rows.append({"part": p, "us": medians[p], "added_us": medians[p] - prev,
+                     "rounds_us": times[p]})
+        prev = medians[p]
+    failures = []
+    if wrong:
+        failures.append(f"{wrong} result(s) differ from numpy's")
+    if after != before:
+        failures.append(f"after the run and empty_cache(): live objects {after}, "
+                        f"before {before}")
+    return {"device": name, "in_flight": in_flight, "requests": count, "rounds": rounds,
+            "python": sys.version.split()[0], "parts": rows, "failures": failures}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m scopedgpu.bench.serve_layers",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("--in-flight", type=int, default=16, help="concurrency (default 16)")
+    p.add_argument("--requests", type=int, default=3000,
+                   help="requests a variant a round (default 3,000)")
+    p.add_argument("--rounds", type=int, default=5, help="rounds (default 5)")
+    p.add_argument("--device", type=int, default=None,
+                   help="device index (default: the default device)")
+    p.add_argument("--json", metavar="FILE")
+    a = p.parse_args(argv)
+    for name in ("in_flight", "requests", "rounds"):
+        if getattr(a, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be at least 1")
+    out = run(a.in_flight, a.requests, a.rounds, a.device)
+    print(f"a served request by part on {out['device']}, {a.in_flight} in flight, "
+          f"{a.rounds} rounds of {a.requests:,} requests, the collector off, Python "
+          f"{out['python']}: the loop's CPU time a request (medians)")
+    for r in out["parts"]:
+        print(f"{r['part']:10s} {r['us']:8.1f} us  (+{r['added_us']:.1f})")
+    for line in out["failures"]:
+        print("FAILED:", line)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(out, f, indent=1)
+    return 1 if out["failures"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
