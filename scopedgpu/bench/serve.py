@@ -198,13 +198,15 @@ def bench_serve(b: Bench) -> None:
     # (gc.disable() for the level, its warm-up included): what the rest of a request costs
     # as more are in flight, the collector's part set apart.
     gc_off: list[dict[str, Any]] = []
+    was_on = gc.isenabled()
     for c in (SERVE_LEVELS[1], SERVE_LEVELS[-1]):
         gc.collect()
         gc.disable()
         try:
             gc_off.append(warmed_level(mgr, spirv, c, seconds, least, data))
         finally:
-            gc.enable()
+            if was_on:
+                gc.enable()
     b.p.say("serve with the collector off (gc.disable()): " + ", ".join(
         f"{r['in_flight']:,} in flight {r['per_s']:,.0f} requests/s "
         f"({r['loop_cpu_us']:,.0f} us of the loop's CPU a request)" for r in gc_off))
