@@ -537,8 +537,8 @@ def test_serve_layers_times_each_part_of_a_served_request(tmp_path, capsys):
 
 
 def test_serve_layers_fails_on_a_wrong_result():
-    """Its check can fail: with numpy's answers made wrong, every served result differs and
-    the exit status is 1."""
+    """Its check can fail: with numpy's answers made wrong, every served result (the
+    warm-up's and the rounds') is counted as a failure, on which main() exits with 1."""
     from scopedgpu.bench import serve, serve_layers
     xs, alphas, refs = serve.requests()
     bad = (xs, alphas, [r + np.float32(1) for r in refs])
