@@ -2,6 +2,8 @@
 shaders' SPIR-V files, and CuPy where it imports."""
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import sys
 import tempfile
@@ -12,6 +14,26 @@ from pathlib import Path
 KiB = 1 << 10
 MiB = 1 << 20
 GiB = 1 << 30
+
+
+def require_positive(p: argparse.ArgumentParser, args: argparse.Namespace,
+                     names: tuple[str, ...]) -> None:
+    """An argparse error for the first of `names` (attributes of args) below 1."""
+    for name in names:
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be at least 1")
+
+
+def report_failures(out: dict, json_path: str | None) -> int:
+    """The ending of a check command (serve_long, serve_layers): prints each line of
+    out["failures"], writes `out` as JSON where asked, and returns the exit status: 1 when
+    anything failed."""
+    for line in out["failures"]:
+        print("FAILED:", line)
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(out, f, indent=1)
+    return 1 if out["failures"] else 0
 
 
 def pow2_floor(n: int) -> int:

@@ -1,8 +1,9 @@
 """A served request's time in layers (issue 24: where a request's time goes): the serve
 figure's request (serve.py) cut into parts, each variant adding one part to the one
-before it, served as the figure serves (a task per request, at most C in flight), rounds
-alternating the variants in one process with the cyclic collector off, and the loop
-thread's CPU time a request (`time.thread_time()`), medians of the rounds.
+before it, served by the figure's own driver (serve.serve_level: a task per request, at
+most C in flight), rounds alternating the variants in one process with the cyclic
+collector off, and the loop thread's CPU time a request (`time.thread_time()`), medians
+of the rounds.
 
     python -m scopedgpu.bench.serve_layers [--in-flight 16] [--requests 3000]
         [--rounds 5] [--device N] [--json FILE]
@@ -27,11 +28,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import gc
-import json
 import statistics
 import sys
-import time
 from typing import Any
 
 import numpy as np
@@ -39,13 +39,14 @@ import numpy as np
 import scopedgpu as sg
 from scopedgpu import aio
 
-from .serve import INPUTS, requests, scale_spirv
+from .common import report_failures, require_positive
+from .serve import requests, scale_spirv, serve_level
 
 PARTS = ("nothing", "tensors", "algorithm", "sequence", "eval")
 _EVAL = len(PARTS) - 1
 
 
-async def request(mgr: sg.Manager, spirv: bytes, part: int, x: np.ndarray, a: float
+async def request(mgr: sg.Manager, spirv: bytes, x: np.ndarray, a: float, *, part: int
                   ) -> np.ndarray | None:
     """serve.handle() up to part `part` (an index of PARTS), then one await."""
     if part == 0:
@@ -70,34 +71,17 @@ async def request(mgr: sg.Manager, spirv: bytes, part: int, x: np.ndarray, a: fl
                 return ty.numpy()
 
 
-async def serve_part(mgr: sg.Manager, spirv: bytes, part: int, in_flight: int, count: int,
-                     data: tuple[list[np.ndarray], list[float], list[np.ndarray]]
-                     ) -> tuple[float, int]:
-    """Serves `count` requests of variant `part` with at most `in_flight` at once; returns
-    the loop thread's CPU time a request (us) and, for the served variant, the count of
-    results that differ from numpy's."""
-    xs, alphas, refs = data
-    want = [r.tobytes() for r in refs]
-    gate = asyncio.Semaphore(in_flight)
-    tasks: set[asyncio.Task] = set()
-    wrong = [0]
-
-    async def one(i: int) -> None:
-        try:
-            y = await request(mgr, spirv, part, xs[i % INPUTS], alphas[i % INPUTS])
-            if part == _EVAL and (y is None or y.tobytes() != want[i % INPUTS]):
-                wrong[0] += 1
-        finally:
-            gate.release()
-
-    cpu0 = time.thread_time()
-    for i in range(count):
-        await gate.acquire()
-        task = asyncio.create_task(one(i))
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
-    await asyncio.gather(*tasks)
-    return (time.thread_time() - cpu0) / count * 1e6, wrong[0]
+def serve_part(mgr: sg.Manager, spirv: bytes, part: int, in_flight: int, count: int,
+               data: tuple[list[np.ndarray], list[float], list[np.ndarray]]
+               ) -> tuple[float, int]:
+    """Serves `count` requests of variant `part` with at most `in_flight` at once, through
+    the serve figure's own driver (serve.serve_level); returns the loop thread's CPU time
+    a request (us) and, for the served variant, the count of results that differ from
+    numpy's."""
+    r = asyncio.run(serve_level(mgr, spirv, in_flight, 0.0, count, data,
+                                handler=functools.partial(request, part=part),
+                                check=part == _EVAL))
+    return r["loop_cpu_us"], len(r["wrong"])
 
 
 def run(in_flight: int, count: int, rounds: int, device: int | None = None,
@@ -111,15 +95,15 @@ def run(in_flight: int, count: int, rounds: int, device: int | None = None,
         name = mgr.device.name
         before = mgr.live_objects(caches=False)
         for part in range(len(PARTS)):   # warm: pipeline, pool, caches at this depth
-            wrong += asyncio.run(serve_part(mgr, spirv, part, in_flight,
-                                            max(2 * in_flight, 100), data))[1]
+            wrong += serve_part(mgr, spirv, part, in_flight, max(2 * in_flight, 100),
+                                data)[1]
         gc.collect()
         was_on = gc.isenabled()
         gc.disable()
         try:
             for _ in range(rounds):
                 for part, label in enumerate(PARTS):
-                    us, bad = asyncio.run(serve_part(mgr, spirv, part, in_flight, count, data))
+                    us, bad = serve_part(mgr, spirv, part, in_flight, count, data)
                     times[label].append(us)
                     wrong += bad
         finally:
@@ -155,21 +139,14 @@ def main(argv: list[str] | None = None) -> int:
                    help="device index (default: the default device)")
     p.add_argument("--json", metavar="FILE")
     a = p.parse_args(argv)
-    for name in ("in_flight", "requests", "rounds"):
-        if getattr(a, name) < 1:
-            p.error(f"--{name.replace('_', '-')} must be at least 1")
+    require_positive(p, a, ("in_flight", "requests", "rounds"))
     out = run(a.in_flight, a.requests, a.rounds, a.device)
     print(f"a served request by part on {out['device']}, {a.in_flight} in flight, "
           f"{a.rounds} rounds of {a.requests:,} requests, the collector off, Python "
           f"{out['python']}: the loop's CPU time a request (medians)")
     for r in out["parts"]:
         print(f"{r['part']:10s} {r['us']:8.1f} us  (+{r['added_us']:.1f})")
-    for line in out["failures"]:
-        print("FAILED:", line)
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(out, f, indent=1)
-    return 1 if out["failures"] else 0
+    return report_failures(out, a.json)
 
 
 if __name__ == "__main__":

@@ -20,14 +20,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import json
 import sys
 import time
 from typing import Any
 
 import scopedgpu as sg
 
-from .common import MiB, rss_bytes
+from .common import MiB, report_failures, require_positive, rss_bytes
 from .serve import requests, scale_spirv, serve_level
 
 
@@ -104,18 +103,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="device index (default: the default device)")
     p.add_argument("--json", metavar="FILE")
     a = p.parse_args(argv)
-    for name in ("requests", "in_flight", "chunk"):
-        if getattr(a, name) < 1:
-            p.error(f"--{name.replace('_', '-')} must be at least 1")
+    require_positive(p, a, ("requests", "in_flight", "chunk"))
     out = run(a.requests, a.in_flight, a.chunk, a.rss_growth_mib, a.device)
     print(f"{out['requests']:,} requests at {a.in_flight} in flight on {out['device']}: "
           f"{out['seconds']:.1f} s, {out['per_s']:,.0f}/s")
-    for line in out["failures"]:
-        print("FAILED:", line)
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(out, f, indent=1)
-    return 1 if out["failures"] else 0
+    return report_failures(out, a.json)
 
 
 if __name__ == "__main__":
