@@ -10,19 +10,26 @@
 `mgr.run(*ops)`, each as a coroutine. The submission itself is made on the calling thread
 (it takes microseconds); the wait for the fence is not.
 
-How the wait is made. First by the loop itself: while sequences it awaits are pending,
-a callback of the loop (`_Poller`) re-schedules itself (the loop does not sleep), polls
-each queue from its oldest entry up to the first still running (a fence signals only
-after the earlier submissions to its queue completed) and sets the completed ones'
-futures directly; the completion work (the host copies of `OpTensorSyncLocal`) runs
-there. For short GPU work, and under load (a loop that keeps submitting), every request
-is settled this way, with no other thread involved: a hand-off between threads costs
-tens of microseconds of wake-up and GIL transfer on each side, more than the GPU work of
-a small request. After SPIN_NS (0.2 ms, the shortest spin of a scopedgpu wait) without a
-completion or a new awaited sequence, the entries left go to one waiter thread per
-process, shared by every manager and loop, and the loop sleeps: the thread waits on the
-fence of the newest entry of a queue (GIL and manager lock released) in slices of
-`SLICE` seconds, then settles it and every entry of its queue added before it with one
+How the wait is made. First by the awaiting coroutine itself: right after the
+submission it gives the loop one turn (a bare yield, as `asyncio.sleep(0)`: no future, no
+timer), then polls its own fence (not even that when another call completed the
+sequence meanwhile). Under load, that turn runs the other requests' steps, which take
+longer than a small request's GPU work: the work is done by then, and the request ends
+with no future, no poller entry and no wake-up of its own (fewer calls a request, and
+fewer objects for the cyclic collector to trace while many requests are in flight).
+Work still running then (long work, or a loop with little else to do) is awaited by the
+loop: while sequences it awaits are pending, a callback of the loop (`_Poller`)
+re-schedules itself (the loop does not sleep), polls each queue from its oldest entry up
+to the first still running (a fence signals only after the earlier submissions to its
+queue completed) and sets the completed ones' futures directly; the completion work (the
+host copies of `OpTensorSyncLocal`) runs there. Short GPU work is settled this way with
+no other thread involved: a hand-off between threads costs tens of microseconds of
+wake-up and GIL transfer on each side, more than the GPU work of a small request. After
+SPIN_NS (0.2 ms, the shortest spin of a scopedgpu wait) without a completion or a new
+awaited sequence, the entries left go to one waiter thread per process, shared by every
+manager and loop, and the loop sleeps: the thread waits on the fence of the newest entry
+of a queue (GIL and manager lock released) in slices of `SLICE` seconds, then settles it
+and every entry of its queue added before it with one
 `loop.call_soon_threadsafe` per loop; each coroutine checks its own sequence when it
 resumes (and awaits again in the rare case that it still runs, submitted out of the
 order of its entry by another thread). Why not poll from the loop with
@@ -47,6 +54,7 @@ import numbers
 import os
 import threading
 import time
+import types
 import weakref
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -430,14 +438,25 @@ async def eval(seq: Sequence, op: Op | None = None) -> Sequence:
     if seq.is_running:
         await wait(seq)
     seq.eval_async(op)
-    # wait(seq)'s work, without its argument checks (done above) and its coroutine, and
-    # without polling the fence of the work just submitted (_rewatch): the poller does,
-    # on the loop's next turn. Not running: nothing was recorded, nothing submitted.
-    fut = _add(seq) if seq.submitted else None
+    if not seq.submitted:
+        return seq   # nothing was recorded, nothing submitted
+    # One turn of the loop before the first poll (none right after the submission: the
+    # work cannot be done yet); then wait(seq)'s work, without its argument checks (done
+    # above) and its coroutine. The poll does not block on the manager's lock (another
+    # thread's wait_idle() or close() may hold it): held, the poller polls later.
+    await _one_turn()
+    fut = None if _completed(seq) else _add(seq)
     while fut is not None:
         await fut
         fut = _rewatch(seq)
     return seq
+
+
+@types.coroutine
+def _one_turn() -> Any:
+    """Gives the event loop one turn: the awaiting task is scheduled again at once, after
+    the callbacks already due (asyncio.sleep(0)'s bare yield, without its call)."""
+    yield
 
 
 def _rewatch(seq: Sequence) -> asyncio.Future[Any] | None:
