@@ -289,11 +289,12 @@ class _Poller:
     """One event loop's own polling of its awaited sequences, a callback on the loop
     re-scheduled while any is pending (the loop does not sleep meanwhile): each run polls
     every queue from its oldest entry up to the first still running, and settles the
-    completed ones' futures directly. Under load (a loop that keeps submitting) and for
-    short GPU work this settles every request with no thread hand-off at all. After
-    SPIN_NS seconds without a completion or a new entry, the entries left go to the
-    waiter thread, which waits for them with the GIL released, and the loop sleeps
-    again. It holds its loop weakly (the loop holds it, in _pollers, by a weak key): a
+    completed ones' futures directly. It sees the sequences whose coroutine's own poll
+    (one turn of the loop after the submission) found them running: short GPU work on a
+    loop with little else to do, or longer work; it settles them with no thread hand-off
+    at all. After SPIN_NS seconds without a completion or a new entry, the entries left
+    go to the waiter thread, which waits for them with the GIL released, and the loop
+    sleeps again. It holds its loop weakly (the loop holds it, in _pollers, by a weak key): a
     finished loop is collected with its poller."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
