@@ -18,6 +18,7 @@ import pytest
 
 from scopedgpu import bench
 from scopedgpu.bench import report, suite, yardstick
+from scopedgpu.bench import serve as serve_mod
 from scopedgpu.bench.common import size_name
 
 # Not in CI's pass under the validation layer (its time budget): the library calls the
@@ -125,6 +126,11 @@ def test_bench_quick_serves_and_chains_against_c(quick_run):
     assert serve["live_delta"] == {} and serve["live_after"] == serve["live_before"]
     assert [r["in_flight"] for r in serve["levels"]] == list(report.SERVE_LEVELS)
     assert number(serve["rss_growth_mib"])
+    for r, c in zip(serve["levels"], report.SERVE_LEVELS):
+        # in rounds over the levels: a level's rate is the median of its rounds' rates
+        assert len(r["rounds_per_s"]) == serve_mod.ROUNDS and min(r["rounds_per_s"]) > 0, r
+        assert r["per_s"] == statistics.median(r["rounds_per_s"]) == figs[f"serve_{c}"]["value"]
+    assert f"serve, round {serve_mod.ROUNDS} of {serve_mod.ROUNDS}: " in res.stderr   # (progress)
     for r in serve["levels"] + [serve["gc_tuned"]]:     # the collector's share of each level
         assert len(r["gc_collections"]) == 3 and 0 <= r["gc_share"] < 1, r
         assert 0 < r["loop_cpu_us"] <= r["seconds"] / r["requests"] * 1e6 * 1.05, r

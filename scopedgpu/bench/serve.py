@@ -9,13 +9,15 @@ request, as examples/async_service.py does, and the GPU is awaited through
 admits a new request whenever one finishes, for `seconds` per level and at least
 `min_requests`. Every result is compared with numpy's (bit for bit: one float multiply
 is correctly rounded on every Vulkan device). Latency is a request's time from its
-admission to its result.
+admission to its result. The figure serves its levels in rounds (serve_rounds: up, down,
+up), a level's rate the median of its rounds'.
 """
 from __future__ import annotations
 
 import asyncio
 import functools
 import gc
+import statistics
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
@@ -43,6 +45,10 @@ N = 4096            # floats per request: 16 KiB
 INPUTS = 64         # distinct requests, used in turn
 # The collector's thresholds the guide suggests to a service with many requests in flight.
 SERVICE_GC_THRESHOLD = (50_000, 20, 20)
+# Rounds over the levels: a level's rate is the median of its rounds' rates, each round
+# visiting every level (up, then down, then up), so that a host whose speed drifts during
+# the run (the H200's moved by half within a minute) weighs on every level alike.
+ROUNDS = 3
 
 
 @functools.lru_cache(maxsize=1)
@@ -148,17 +154,70 @@ def pct(sorted_values: list[float], p: float) -> float:
 def warmed_level(mgr: sg.Manager, spirv: bytes, c: int, seconds: float, least: int,
                  data: tuple[list[np.ndarray], list[float], list[np.ndarray]]
                  ) -> dict[str, Any]:
-    """One level of the figure: warmed first, untimed, by max(2 C, 16) requests, then
+    """One level served once: warmed first, untimed, by max(2 C, 16) requests, then
     served for `seconds` and at least max(2 C, least); its latency percentiles, and the
     count of wrong results of both runs."""
     warm = asyncio.run(serve_level(mgr, spirv, c, 0.0, max(2 * c, 16), data))
     r = asyncio.run(serve_level(mgr, spirv, c, seconds, max(2 * c, least), data))
-    lat = r.pop("latencies")
-    r.update(p50_us=pct(lat, 0.5) * 1e6, p99_us=pct(lat, 0.99) * 1e6,
-             mean_us=sum(lat) / len(lat) * 1e6)
-    r["p99_over_p50"] = r["p99_us"] / r["p50_us"]
-    r["wrong"] = len(r["wrong"]) + len(warm["wrong"])
-    return r
+    return _summary([r], len(warm["wrong"]))
+
+
+def _summary(runs: list[dict[str, Any]], warm_wrong: int) -> dict[str, Any]:
+    """A level from its runs (serve_level's results): the medians of their rates and of
+    their latency percentiles and p99/p50 ratios, each run's own (in `rounds_per_s`,
+    `rounds_p50_us`, `rounds_p99_us`: latencies of runs made in different host states
+    are not pooled); over all of them together, the loop's CPU a request and the
+    collector's share of the time; counts summed."""
+    med = statistics.median
+    lats = [r["latencies"] for r in runs]
+    p50s = [pct(lat, 0.5) * 1e6 for lat in lats]
+    p99s = [pct(lat, 0.99) * 1e6 for lat in lats]
+    requests = sum(r["requests"] for r in runs)
+    seconds = sum(r["seconds"] for r in runs)
+    out = {"in_flight": runs[0]["in_flight"], "requests": requests, "seconds": seconds,
+           "per_s": med(r["per_s"] for r in runs),
+           "rounds_per_s": [r["per_s"] for r in runs],
+           "rounds_p50_us": p50s, "rounds_p99_us": p99s,
+           "loop_cpu_us": sum(r["loop_cpu_us"] * r["requests"] for r in runs) / requests,
+           "gc_share": sum(r["gc_share"] * r["seconds"] for r in runs) / seconds,
+           "gc_collections": [sum(g) for g in zip(*(r["gc_collections"] for r in runs))],
+           "wrong": sum(len(r["wrong"]) for r in runs) + warm_wrong,
+           "p50_us": med(p50s), "p99_us": med(p99s),
+           "p99_over_p50": med(b / a for a, b in zip(p50s, p99s)),
+           "mean_us": sum(sum(lat) for lat in lats) / requests * 1e6}
+    return out
+
+
+def serve_rounds(mgr: sg.Manager, spirv: bytes, levels: tuple[int, ...], seconds: float,
+                 least: int, data: tuple[list[np.ndarray], list[float], list[np.ndarray]],
+                 rounds: int = ROUNDS, say: Callable[[str], None] | None = None
+                 ) -> list[dict[str, Any]]:
+    """The figure's levels in `rounds` rounds (up, down, up, ...), each level warmed at its
+    first visit, untimed, by max(2 C, 16) requests, then served in each round for
+    seconds / rounds and at least max(2 C, least / rounds) requests; a level's summary
+    (_summary) over its rounds, in the order of `levels`, with RSS after its last round."""
+    runs: dict[int, list[dict[str, Any]]] = {c: [] for c in levels}
+    warm_wrong = dict.fromkeys(levels, 0)
+    rss = {}
+    for k in range(rounds):
+        order = levels if k % 2 == 0 else levels[::-1]
+        for c in order:
+            if k == 0:
+                warm = asyncio.run(serve_level(mgr, spirv, c, 0.0, max(2 * c, 16), data))
+                warm_wrong[c] = len(warm["wrong"])
+            r = asyncio.run(serve_level(mgr, spirv, c, seconds / rounds,
+                                        max(2 * c, -(-least // rounds)), data))
+            runs[c].append(r)
+            rss[c] = rss_bytes() / MiB   # where RSS grows: the working set of a level
+        if say is not None:
+            say(f"serve, round {k + 1} of {rounds}: " + ", ".join(
+                f"{c:,} in flight {runs[c][-1]['per_s']:,.0f}/s" for c in order))
+    out = []
+    for c in levels:
+        r = _summary(runs[c], warm_wrong[c])
+        r["rss_mib"] = rss[c]
+        out.append(r)
+    return out
 
 
 def bench_serve(b: Bench) -> None:
@@ -172,16 +231,15 @@ def bench_serve(b: Bench) -> None:
     mgr.empty_cache()
     live0 = mgr.live_objects()
     rss0 = rss_bytes()
-    levels: list[dict[str, Any]] = []
-    for c in SERVE_LEVELS:
-        # Each level warmed first, untimed, as the C yardstick warms its slots (2 C
-        # requests): the first time C requests are in flight, the manager makes the
-        # command buffers, fences and pool blocks that so many need (a command buffer and
-        # fence cost about 0.4 ms on NVIDIA's driver), and keeps them for reuse; the
-        # figure is a service's steady state. The warm-up's results are checked too.
-        r = warmed_level(mgr, spirv, c, seconds, least, data)
-        r["rss_mib"] = rss_bytes() / MiB     # where RSS grows: the working set of a level
-        levels.append(r)
+    # Each level warmed first, untimed, as the C yardstick warms its slots (2 C
+    # requests): the first time C requests are in flight, the manager makes the command
+    # buffers, fences and pool blocks that so many need (a command buffer and fence cost
+    # about 0.4 ms on NVIDIA's driver), and keeps them for reuse; the figure is a
+    # service's steady state. The warm-up's results are checked too. The levels run in
+    # rounds (ROUNDS), a level's rate the median of its rounds'.
+    levels = serve_rounds(mgr, spirv, SERVE_LEVELS, seconds, least, data, say=b.p.say)
+    for r in levels:
+        c = r["in_flight"]
         b.p.say(f"serve, {c:,} in flight: {r['per_s']:,.0f} requests/s, p50 "
                 f"{r['p50_us']:,.0f} us, p99 {r['p99_us']:,.0f} us, {r['requests']:,} "
                 f"requests, {r['wrong']} wrong, {r['loop_cpu_us']:,.0f} us of the loop's "
