@@ -154,12 +154,10 @@ def pct(sorted_values: list[float], p: float) -> float:
 def warmed_level(mgr: sg.Manager, spirv: bytes, c: int, seconds: float, least: int,
                  data: tuple[list[np.ndarray], list[float], list[np.ndarray]]
                  ) -> dict[str, Any]:
-    """One level served once: warmed first, untimed, by max(2 C, 16) requests, then
-    served for `seconds` and at least max(2 C, least); its latency percentiles, and the
-    count of wrong results of both runs."""
-    warm = asyncio.run(serve_level(mgr, spirv, c, 0.0, max(2 * c, 16), data))
-    r = asyncio.run(serve_level(mgr, spirv, c, seconds, max(2 * c, least), data))
-    return _summary([r], len(warm["wrong"]))
+    """One level served once (serve_rounds in one round): warmed first, untimed, by
+    max(2 C, 16) requests, then served for `seconds` and at least max(2 C, least); its
+    latency percentiles, and the count of wrong results of both runs."""
+    return serve_rounds(mgr, spirv, (c,), seconds, least, data, rounds=1)[0]
 
 
 def _summary(runs: list[dict[str, Any]], warm_wrong: int) -> dict[str, Any]:
