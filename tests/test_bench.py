@@ -126,6 +126,9 @@ def test_bench_quick_serves_and_chains_against_c(quick_run):
     assert serve["live_delta"] == {} and serve["live_after"] == serve["live_before"]
     assert [r["in_flight"] for r in serve["levels"]] == list(report.SERVE_LEVELS)
     assert number(serve["rss_growth_mib"])
+    # RSS after each round of the levels, from the phase's start
+    assert len(serve["rss_rounds_mib"]) == serve_mod.ROUNDS
+    assert all(number(v) for v in serve["rss_rounds_mib"])
     for r, c in zip(serve["levels"], report.SERVE_LEVELS):
         # in rounds over the levels: a level's rate is the median of its rounds' rates
         assert len(r["rounds_per_s"]) == serve_mod.ROUNDS and min(r["rounds_per_s"]) > 0, r

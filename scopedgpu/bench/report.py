@@ -125,8 +125,11 @@ def notes(results: dict[str, Any]) -> list[str]:
             parts += [f"{r['in_flight']:,} in flight with the collector off "
                       f"{num(r['per_s'], '1/s')}/s" for r in off]
             out.append("serve, the collector's part (not figures): " + "; ".join(parts))
+        rounds = serve.get("rss_rounds_mib") or []
+        after = (" (after each round of the levels: "
+                 + ", ".join(f"{v:+.1f}" for v in rounds) + ")") if rounds else ""
         out.append(f"serve: RSS {serve['rss_growth_mib']:+.1f} MiB over "
-                   f"{serve['requests']:,} requests; live objects "
+                   f"{serve['requests']:,} requests{after}; live objects "
                    + ("back to baseline" if not serve["live_delta"]
                       else f"changed: {serve['live_delta']}"))
     for key in figure_keys(results):

@@ -188,12 +188,15 @@ def _summary(runs: list[dict[str, Any]], warm_wrong: int) -> dict[str, Any]:
 
 def serve_rounds(mgr: sg.Manager, spirv: bytes, levels: tuple[int, ...], seconds: float,
                  least: int, data: tuple[list[np.ndarray], list[float], list[np.ndarray]],
-                 rounds: int = ROUNDS, say: Callable[[str], None] | None = None
-                 ) -> list[dict[str, Any]]:
+                 rounds: int = ROUNDS, say: Callable[[str], None] | None = None,
+                 rss_rounds: list[float] | None = None) -> list[dict[str, Any]]:
     """The figure's levels in `rounds` rounds (up, down, up, ...), each level warmed at its
     first visit, untimed, by max(2 C, 16) requests, then served in each round for
     seconds / rounds and at least max(2 C, least / rounds) requests; a level's summary
-    (_summary) over its rounds, in the order of `levels`, with RSS after its last round."""
+    (_summary) over its rounds, in the order of `levels`, with RSS after its last round.
+    `rss_rounds`: RSS in MiB after each round is appended to it (the first round reaches
+    the working set of the most in flight; a later round that grows it again would be
+    memory kept per request)."""
     runs: dict[int, list[dict[str, Any]]] = {c: [] for c in levels}
     warm_wrong = dict.fromkeys(levels, 0)
     rss = {}
@@ -207,6 +210,8 @@ def serve_rounds(mgr: sg.Manager, spirv: bytes, levels: tuple[int, ...], seconds
                                         max(2 * c, -(-least // rounds)), data))
             runs[c].append(r)
             rss[c] = rss_bytes() / MiB   # where RSS grows: the working set of a level
+        if rss_rounds is not None:
+            rss_rounds.append(rss_bytes() / MiB)
         if say is not None:
             say(f"serve, round {k + 1} of {rounds}: " + ", ".join(
                 f"{c:,} in flight {runs[c][-1]['per_s']:,.0f}/s" for c in order))
@@ -235,7 +240,9 @@ def bench_serve(b: Bench) -> None:
     # about 0.4 ms on NVIDIA's driver), and keeps them for reuse; the figure is a
     # service's steady state. The warm-up's results are checked too. The levels run in
     # rounds (ROUNDS), a level's rate the median of its rounds'.
-    levels = serve_rounds(mgr, spirv, SERVE_LEVELS, seconds, least, data, say=b.p.say)
+    rss_rounds: list[float] = []
+    levels = serve_rounds(mgr, spirv, SERVE_LEVELS, seconds, least, data, say=b.p.say,
+                          rss_rounds=rss_rounds)
     for r in levels:
         c = r["in_flight"]
         b.p.say(f"serve, {c:,} in flight: {r['per_s']:,.0f} requests/s, p50 "
@@ -291,6 +298,10 @@ def bench_serve(b: Bench) -> None:
                    "awaited through scopedgpu.aio.eval",
         "levels": levels, "gc_tuned": tuned, "gc_off": gc_off, "requests": total,
         "rss_growth_mib": (rss1 - rss0) / MiB,
+        # RSS after each round, from the phase's start: the first round takes the working
+        # set of its deepest level (the allocator keeps it for the next), the later ones
+        # serve as many requests again in the same working set.
+        "rss_rounds_mib": [v - rss0 / MiB for v in rss_rounds],
         "live_before": live0, "live_after": live1, "live_delta": delta}
     by_c = {r["in_flight"]: r for r in levels}
     cpu = b.info.type == "cpu"
@@ -310,8 +321,9 @@ def bench_serve(b: Bench) -> None:
               in_flight=c, requests=r["requests"], p50_us=r["p50_us"], p99_us=r["p99_us"],
               wrong=r["wrong"], c_p50_us=cr["p50_us"] if cr else None,
               c_p99_us=cr["p99_us"] if cr else None, c_wrong=cr["bad"] if cr else None)
-    b.p.say(f"serve: RSS {(rss1 - rss0) / MiB:+.1f} MiB over {total:,} requests, live "
-            f"objects {'flat' if not delta else delta}")
+    b.p.say(f"serve: RSS {(rss1 - rss0) / MiB:+.1f} MiB over {total:,} requests (after "
+            f"each round: " + ", ".join(f"{v - rss0 / MiB:+.1f}" for v in rss_rounds)
+            + f"), live objects {'flat' if not delta else delta}")
     wrong = sum(r["wrong"] for r in levels + gc_off) + tuned["wrong"]
     if wrong:
         raise AssertionError(f"serve: {wrong} results differ from numpy's")
