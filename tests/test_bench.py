@@ -147,6 +147,14 @@ def test_bench_quick_serves_and_chains_against_c(quick_run):
         assert r["gc_collections"] == [0, 0, 0] and r["gc_share"] == 0, r
         assert r["wrong"] == 0 and r["per_s"] > 0 and r["requests"] >= 2 * r["in_flight"], r
     assert "with the collector off" in res.stdout
+    # the goal's level and the most in flight after gc.freeze(): the objects made before
+    # serving frozen (numpy's and asyncio's thousands at least), unfrozen afterwards
+    frozen = serve["gc_frozen"]
+    assert [r["in_flight"] for r in frozen] == [report.SERVE_GOAL_AT, report.SERVE_LEVELS[-1]]
+    for r in frozen:
+        assert r["frozen_objects"] > 5_000 and len(r["gc_collections"]) == 3, r
+        assert r["wrong"] == 0 and r["per_s"] > 0 and r["requests"] >= 2 * r["in_flight"], r
+    assert "after gc.freeze()" in res.stdout and serve["frozen_after"] == 0
     for k in report.CHAIN_KS:
         f = figs[f"dispatch_chain_{k}"]
         assert number(f["value"]) and f["value"] > 0 and f["k"] == k, k

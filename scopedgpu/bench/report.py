@@ -124,6 +124,8 @@ def notes(results: dict[str, Any]) -> list[str]:
                              f"{tuple(tuned['threshold'])} {num(tuned['per_s'], '1/s')}/s")
             parts += [f"{r['in_flight']:,} in flight with the collector off "
                       f"{num(r['per_s'], '1/s')}/s" for r in off]
+            parts += [f"{r['in_flight']:,} in flight after gc.freeze() "
+                      f"{num(r['per_s'], '1/s')}/s" for r in serve.get("gc_frozen") or []]
             out.append("serve, the collector's part (not figures): " + "; ".join(parts))
         rounds = serve.get("rss_rounds_mib") or []
         after = (" (after each round of the levels: "
