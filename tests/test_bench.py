@@ -64,6 +64,13 @@ def test_bench_quick_writes_every_figure(quick_run):
         if fig.key != "live_delta":
             assert number(f["yardstick"]), fig.key
             assert number(f["ratio"]), fig.key
+    # the re-eval latency's rounds, each side's own medians (the quick run: one round)
+    lat = data["details"]["latency"]
+    assert len(lat["scopedgpu"]["rounds_median_us"]) == lat["scopedgpu"]["rounds"] == 1
+    assert all(number(v) and v > 0 for v in lat["scopedgpu"]["rounds_median_us"])
+    assert data["figures"]["latency"]["value"] == lat["scopedgpu"]["median_us"] \
+        == statistics.median(lat["scopedgpu"]["rounds_median_us"])
+    assert len(lat["c"]["rounds"]) == 1
     for row in data["sweeps"]["saxpy"]:
         assert row["scopedgpu_gbps"] > 0
     for row in data["sweeps"]["transfer"]:
