@@ -280,7 +280,7 @@ def bench_serve(b: Bench) -> None:
         f"({r['loop_cpu_us']:,.0f} us of the loop's CPU a request)" for r in gc_off))
     # Nor these: the goal's level and the most in flight after gc.freeze(), the collector's
     # thresholds the default (docs/scale.md): the objects made before serving (the
-    # imports', the manager's, some 25,000 here) leave the collector's generations, so
+    # imports', the manager's, some 40,000 here) leave the collector's generations, so
     # that its full collections traverse the requests' objects alone.
     gc_frozen: list[dict[str, Any]] = []
     gc.collect()
