@@ -315,6 +315,8 @@ def bench_serve(b: Bench) -> None:
                    "tensors, algorithm and sequence per request in with blocks; "
                    "awaited through scopedgpu.aio.eval",
         "levels": levels, "gc_tuned": tuned, "gc_off": gc_off, "gc_frozen": gc_frozen,
+        # (not 0 on CPython 3.12, whose collections move the immortal objects they meet
+        # into the permanent generation)
         "frozen_after": gc.get_freeze_count(), "requests": total,
         "rss_growth_mib": (rss1 - rss0) / MiB,
         # RSS after each round, from the phase's start: the first round takes the working
