@@ -211,7 +211,7 @@ def serve_rounds(mgr: sg.Manager, spirv: bytes, levels: tuple[int, ...], seconds
             runs[c].append(r)
             rss[c] = rss_bytes() / MiB   # where RSS grows: the working set of a level
         if rss_rounds is not None:
-            rss_rounds.append(rss_bytes() / MiB)
+            rss_rounds.append(rss[order[-1]])   # (read after the round's last level)
         if say is not None:
             say(f"serve, round {k + 1} of {rounds}: " + ", ".join(
                 f"{c:,} in flight {runs[c][-1]['per_s']:,.0f}/s" for c in order))
@@ -309,6 +309,10 @@ def bench_serve(b: Bench) -> None:
     for r in levels:
         r["c"] = cres.get(r["in_flight"])
     delta = {k: live1[k] - live0[k] for k in live0 if live1.get(k) != live0[k]}
+    # RSS after each round, from the phase's start: the first round takes the working set
+    # of its deepest level (the allocator keeps it for the next), the later ones serve as
+    # many requests again in the same working set.
+    rss_rounds_mib = [v - rss0 / MiB for v in rss_rounds]
     total = sum(r["requests"] for r in levels)
     b.results["details"]["serve"] = {
         "request": f"{N} float32 in, y = a * x (local size 64, push constant a), out; "
@@ -319,10 +323,7 @@ def bench_serve(b: Bench) -> None:
         # into the permanent generation)
         "frozen_after": gc.get_freeze_count(), "requests": total,
         "rss_growth_mib": (rss1 - rss0) / MiB,
-        # RSS after each round, from the phase's start: the first round takes the working
-        # set of its deepest level (the allocator keeps it for the next), the later ones
-        # serve as many requests again in the same working set.
-        "rss_rounds_mib": [v - rss0 / MiB for v in rss_rounds],
+        "rss_rounds_mib": rss_rounds_mib,
         "live_before": live0, "live_after": live1, "live_delta": delta}
     by_c = {r["in_flight"]: r for r in levels}
     cpu = b.info.type == "cpu"
@@ -343,7 +344,7 @@ def bench_serve(b: Bench) -> None:
               wrong=r["wrong"], c_p50_us=cr["p50_us"] if cr else None,
               c_p99_us=cr["p99_us"] if cr else None, c_wrong=cr["bad"] if cr else None)
     b.p.say(f"serve: RSS {(rss1 - rss0) / MiB:+.1f} MiB over {total:,} requests (after "
-            f"each round: " + ", ".join(f"{v - rss0 / MiB:+.1f}" for v in rss_rounds)
+            f"each round: " + ", ".join(f"{v:+.1f}" for v in rss_rounds_mib)
             + f"), live objects {'flat' if not delta else delta}")
     wrong = sum(r["wrong"] for r in levels + gc_off + gc_frozen) + tuned["wrong"]
     if wrong:
