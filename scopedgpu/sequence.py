@@ -11,7 +11,8 @@ from typing import Any, TypeVar
 
 from scopedgpu import _ki, _vk
 from scopedgpu._base import Child, Handle, first_destroyed, handles_of
-from scopedgpu._engine import SPIN_NS, WAIT_SLICE_NS, Engine, Roots, fence_wait, spin_after
+from scopedgpu._engine import (HOLD_SPIN_MAX_NS, HOLD_TIMEOUT_NS, SPIN_NS, WAIT_SLICE_NS,
+                               Engine, Roots, fence_wait, spin_after)
 from scopedgpu._errors import DestroyedError
 from scopedgpu._submission import Submission
 from scopedgpu._record import record_commands
@@ -271,9 +272,10 @@ class Sequence(Child):
         # with nothing else running, no garbage, no waiter and no destroyed object, is
         # submitted with the steps _submit_locked takes then, and a wait that completes
         # in its first slice finishes without _await's calls; anything else takes the
-        # general path.
+        # general path. In a process of one Python thread, a short run is awaited in the
+        # submission's lock section and finished there (see HOLD_SPIN_MAX_NS).
         state = self._state
-        token = object()
+        token: object = None
         sub = self._sub
         try:
             with state.lock:
@@ -290,13 +292,28 @@ class Sequence(Child):
                     if rc:
                         self._retire()
                         _vk.check(rc, f"submitting {self!r}")
-                    self._t_submit = _clock()
+                    self._t_submit = t = _clock()
                     sub.copies = self._copies
+                    if t >= state.alone_until:
+                        state.check_alone(t)
+                    if state.alone and self._spin <= HOLD_SPIN_MAX_NS:
+                        # No other thread can want the lock: wait holding it. Not done
+                        # by HOLD_TIMEOUT_NS: awaited below as any other submission. A
+                        # failed wait raises, as _await's: the sequence still counts as
+                        # running.
+                        rc = _seq_wait(self._h, HOLD_TIMEOUT_NS, self._spin)
+                        if not rc:
+                            self._spin = spin_after(_clock() - t, state.cpu_device)
+                            self._finish()
+                            return self
+                        if rc != _SG_TIMEOUT:
+                            _vk.check(rc, f"waiting for {self!r}")
                 elif not self._submit_locked(state):
                     return self
                 gen = self._gen
                 sub = self._sub
                 h = self._h
+                token = object()
                 sub.waiters.add(token)
             rc = _seq_wait(h, WAIT_SLICE_NS, self._spin)   # GIL and lock released
             if rc:   # not complete in one slice, or a failed wait: the general wait

@@ -7,11 +7,16 @@ mode always takes the general path, for its validation checks)."""
 from __future__ import annotations
 
 import gc
+import threading
+import time
 
 import numpy as np
 import pytest
 
 import scopedgpu as sg
+from scopedgpu import sequence as sequence_module
+from scopedgpu._engine import ALONE_RECHECK_S
+from scopedgpu._submission import Submission
 from scopedgpu.sequence import Sequence
 from scopedgpu.testing import leak_checked_manager
 from tests.shaders import ADD_ONE
@@ -131,3 +136,93 @@ def test_changes_since_the_last_submission_take_the_general_path(plain, glsl, ge
     for o in (other_seq, seq, other_algo, algo, t, other):
         if o is not None:
             o.destroy()
+
+
+# -- waiting with the lock held, when the thread is alone --------------------------------
+# The short path of a process's only Python thread waits for a short run inside its lock
+# section and finishes there: no waiter registered, so Submission.leave (the unlocked
+# wait's end) is never called. With another thread alive it waits without the lock. Other
+# tests of the suite leave threads behind (thread pools, event loops' executors), so the
+# count the engine reads (threading.active_count) is set here.
+
+@pytest.fixture
+def leaves(monkeypatch):
+    """leaves(): how many unlocked waits ended (Submission.leave calls) so far."""
+    calls = [0]
+    orig = Submission.leave
+
+    def spy(self, state, token):
+        calls[0] += 1
+        return orig(self, state, token)
+
+    monkeypatch.setattr(Submission, "leave", spy)
+    return lambda: calls[0]
+
+
+@pytest.fixture
+def threads(monkeypatch):
+    """threads(n): from now on threading.active_count() says n (the engine's check)."""
+    count = [1]
+    monkeypatch.setattr(threading, "active_count", lambda: count[0])
+
+    def set_count(n: int) -> None:
+        count[0] = n
+    return set_count
+
+
+def _past_the_recheck():
+    """Lets ALONE_RECHECK_S pass: the next short path checks again whether its thread is
+    alone."""
+    time.sleep(2 * ALONE_RECHECK_S)
+
+
+def test_alone_a_short_run_is_awaited_in_the_lock_section_and_finished_there(
+        plain, glsl, general, leaves, threads):
+    threads(1)
+    t, algo, seq = _counter(plain, glsl)
+    seq.eval()
+    _past_the_recheck()
+    seq.eval()
+    before = leaves()
+    for i in range(3, 13):
+        seq.eval()
+        _expect(t, i)
+        assert not seq.is_running
+    assert leaves() == before          # no unlocked wait
+    assert general(seq) == 1
+    threads(2)                         # another thread started
+    _past_the_recheck()
+    for i in range(13, 18):
+        seq.eval()
+        _expect(t, i)
+    assert leaves() == before + 5      # each waited without the lock
+    threads(1)                         # and ended
+    _past_the_recheck()
+    seq.eval()
+    _expect(t, 18)
+    assert leaves() == before + 5      # alone again: in the lock section
+    for o in (seq, algo, t):
+        o.destroy()
+
+
+def test_a_run_longer_than_the_hold_is_awaited_without_the_lock(plain, glsl, general,
+                                                                leaves, threads,
+                                                                monkeypatch):
+    # A hold of no time: the wait in the lock section returns before the run is done
+    # (lavapipe takes tens of microseconds), and the general wait takes over.
+    monkeypatch.setattr(sequence_module, "HOLD_TIMEOUT_NS", 0)
+    monkeypatch.setattr(sequence_module, "HOLD_SPIN_MAX_NS", 1 << 62)
+    threads(1)
+    t, algo, seq = _counter(plain, glsl)
+    seq.eval()
+    _past_the_recheck()
+    before = leaves()
+    for i in range(2, 22):
+        seq.eval()
+        _expect(t, i)
+        assert not seq.is_running
+    assert leaves() > before           # some runs outlasted the hold of no time
+    assert general(seq) == 1
+    for o in (seq, algo, t):
+        o.destroy()
+
