@@ -177,7 +177,9 @@ def _past_the_recheck():
 
 
 def test_alone_a_short_run_is_awaited_in_the_lock_section_and_finished_there(
-        plain, glsl, general, leaves, threads):
+        plain, glsl, general, leaves, threads, monkeypatch):
+    # (A hold long enough for any run of a loaded machine: the path is what is tested.)
+    monkeypatch.setattr(sequence_module, "HOLD_TIMEOUT_NS", 10**10)
     threads(1)
     t, algo, seq = _counter(plain, glsl)
     seq.eval()
