@@ -146,16 +146,9 @@ def test_changes_since_the_last_submission_take_the_general_path(plain, glsl, ge
 # count the engine reads (threading.active_count) is set here.
 
 @pytest.fixture
-def leaves(monkeypatch):
+def leaves(count_calls):
     """leaves(): how many unlocked waits ended (Submission.leave calls) so far."""
-    calls = [0]
-    orig = Submission.leave
-
-    def spy(self, state, token):
-        calls[0] += 1
-        return orig(self, state, token)
-
-    monkeypatch.setattr(Submission, "leave", spy)
+    calls = count_calls(Submission, "leave")
     return lambda: calls[0]
 
 
