@@ -25,7 +25,7 @@ from tests.conftest import source_env
 HERE = Path(__file__).resolve().parent
 
 SCRIPT = """
-import os, sys, time, warnings
+import faulthandler, os, signal, sys, time, warnings
 import numpy as np
 import scopedgpu as sg
 sys.path.insert(0, {here!r})
@@ -50,6 +50,7 @@ if {running}:
 view = b.data()
 pid = os.fork()
 if pid == 0:
+    faulthandler.enable()   # a hang: the SIGABRT below prints where each thread was
 {child}
     sys.exit(0)   # the normal exit: atexit, the manager's finalizer, C's exit handlers
 deadline = time.monotonic() + 30
@@ -59,8 +60,14 @@ while time.monotonic() < deadline:
         break
     time.sleep(0.02)
 else:
-    os.kill(pid, 9)
-    os.waitpid(pid, 0)
+    os.kill(pid, signal.SIGABRT)   # (its stacks go to stderr, into the test's message)
+    for _ in range(250):
+        if os.waitpid(pid, os.WNOHANG)[0]:
+            break
+        time.sleep(0.02)
+    else:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
     print("CHILD HUNG")
     sys.exit(3)
 print("child status", os.waitstatus_to_exitcode(status), flush=True)
