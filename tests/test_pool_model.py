@@ -490,19 +490,33 @@ class PoolMachine(RuleBasedStateMachine):
         self.pool.destroy()
 
 
-def test_pool_against_its_model():
-    """Runs the machine, and checks that its rules did what they claim (a machine whose
-    rules never fire passes every invariant)."""
+def _run_machine(derandomize: bool) -> dict[str, int]:
+    """Runs the machine; returns what its rules did."""
     before = dict(STATS)
     run_state_machine_as_test(PoolMachine, settings=settings(
         max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None,
+        derandomize=derandomize, database=None if derandomize else settings().database,
         suppress_health_check=list(HealthCheck)))
     ran = {k: STATS[k] - before[k] for k in STATS}
-    print(f"\npool model: {ran}")
+    print(f"\npool model ({'fixed' if derandomize else 'random'} examples): {ran}")
     assert ran["examples"] >= EXAMPLES, ran
+    return ran
+
+
+def test_pool_against_its_model():
+    """Runs the machine on examples of a fixed seed, and checks that its rules did what
+    they claim (a machine whose rules never fire passes every invariant). With random
+    examples a rule fires too seldom to assert on every run: one in five runs of 100
+    flushed no bin."""
+    ran = _run_machine(derandomize=True)
     for what in ("allocs", "pairs", "exact_fits", "merges", "flushed", "ooms", "refused",
                  "retired"):
         assert ran[what] > 0, (what, ran)
+
+
+def test_pool_against_its_model_random_examples():
+    """The same machine on new random examples each run: its invariants hold."""
+    _run_machine(derandomize=False)
 
 
 # -- named cases --------------------------------------------------------------------------------
