@@ -251,6 +251,13 @@ int sg_seq_wait(sg_seq *seq, uint64_t timeout_ns, uint32_t spin_ns) {
     return (int)r;
 }
 
+int sg_seq_submit_wait(sg_seq *seq, uint64_t timeout_ns, uint32_t spin_ns, int *submit_rc) {
+    int rc = sg_seq_submit(seq);
+    *submit_rc = rc;
+    if (rc) return rc;
+    return sg_seq_wait(seq, timeout_ns, spin_ns);
+}
+
 int sg_seq_timestamps(sg_seq *seq, uint32_t n, uint64_t *out) {
     int rc = 0;
     /* vkGetQueryPoolResults with VK_QUERY_RESULT_WAIT_BIT on a query that was never

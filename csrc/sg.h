@@ -205,6 +205,11 @@ int sg_seq_submit(sg_seq *seq);
  * SG_TIMEOUT when not yet, negative on error (the submission then still counts as
  * pending). Spins briefly before blocking. */
 int sg_seq_wait(sg_seq *seq, uint64_t timeout_ns, uint32_t spin_ns);
+/* sg_seq_submit, then sg_seq_wait(timeout_ns, spin_ns) when it succeeded, in one call
+ * (a re-evaluation from Python pays for one call, not two: the latency figure). Returns
+ * the wait's result; *submit_rc is the submission's: when it is not 0, nothing was
+ * submitted and it is returned too. */
+int sg_seq_submit_wait(sg_seq *seq, uint64_t timeout_ns, uint32_t spin_ns, int *submit_rc);
 /* 0 when the last submission is done (or nothing was submitted), SG_TIMEOUT if running,
  * negative on error (still pending). */
 int sg_seq_status(sg_seq *seq);

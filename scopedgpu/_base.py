@@ -229,6 +229,7 @@ class Child(NoCopy):
         if self._destroyed:
             return None
         self._destroyed = True
+        self._engine.destroys += 1
         handles = self._engine.handles
         ref = self._ref
         if ref not in handles:

@@ -116,11 +116,24 @@ class Roots:
 class Engine(Validation):
     """Everything the manager owns. The manager's finalizer holds this, never the Manager,
     so close() can run when the Manager object itself is gone."""
+    # Slots: more than 30 attributes make an instance dict that CPython no longer shares,
+    # and each of the hot paths' reads of them costs more (see Sequence).
+    __slots__ = ("lock", "closed", "destroys", "streams", "closing", "pins", "pid", "forked",
+                 "abandoned", "wait_timeout", "gave_up", "dev", "nqueues", "lead_all",
+                 "info", "cpu_device", "alone", "alone_until", "submit_rc", "pool",
+                 "tensors", "algorithms", "sequences", "named", "running", "poll_after",
+                 "users", "garbage", "handles", "seq_cache", "programs", "reflections",
+                 "deferred", "submissions", "released", "sync_check", "on_unreachable",
+                 "__weakref__")
 
     def __init__(self) -> None:
         super().__init__()
         self.lock = threading.RLock()
         self.closed = False
+        # How many children were destroyed so far: every `_destroyed = True` adds one.
+        # A sequence whose objects were all alive at some count needs no new look at them
+        # while the count stands (eval()'s short path; see Sequence._seen_destroys).
+        self.destroys = 0
         # Manager.stream() calls under way (their Streamer each; their command buffers are
         # their own): close() sets `closing` and waits until they stopped and freed, and
         # Pinned.destroy() waits for those that use its arrays.
@@ -147,6 +160,8 @@ class Engine(Validation):
         # HOLD_SPIN_MAX_NS), and when to check again (a perf_counter time).
         self.alone = False
         self.alone_until = 0.0
+        # The submission's result of eval()'s submit-and-wait in one call (the lock held).
+        self.submit_rc = _vk.status_box()
         self.pool: Pool = None  # type: ignore[assignment]
         self.tensors = ChildSet()       # of Tensor
         self.algorithms = ChildSet()    # of Algorithm

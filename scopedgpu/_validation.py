@@ -19,6 +19,7 @@ log = logging.getLogger("scopedgpu")
 
 class Validation:
     """The validation plumbing of one manager (the base of its Engine)."""
+    __slots__ = ("debug", "inst", "msg_buf")
 
     def __init__(self) -> None:
         self.debug = False

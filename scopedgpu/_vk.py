@@ -315,6 +315,14 @@ seq_submit: Callable[[Any], int] = lib.sg_seq_submit
 seq_status: Callable[[Any], int] = lib.sg_seq_status
 # seq_wait(h, timeout_ns, spin_ns) -> 0, TIMEOUT or an error
 seq_wait: Callable[[Any, int, int], int] = lib.sg_seq_wait
+# seq_submit_wait(h, timeout_ns, spin_ns, submit_rc) -> the wait's result; submit_rc (a
+# status_box()) holds the submission's: not 0, nothing was submitted (and it is returned)
+seq_submit_wait: Callable[[Any, int, int, Any], int] = lib.sg_seq_submit_wait
+
+
+def status_box() -> Any:
+    """The out-parameter of seq_submit_wait: box[0] is the submission's result."""
+    return ffi.new("int[1]")
 
 
 def seq_timestamps(h: Any, n: int, what: str) -> list[int]:

@@ -28,6 +28,7 @@ _SG_TIMEOUT = _vk.TIMEOUT
 _EMPTY: frozenset = frozenset()
 _seq_submit = _vk.seq_submit
 _seq_wait = _vk.seq_wait
+_seq_submit_wait = _vk.seq_submit_wait
 S = TypeVar("S", bound="Sequence")
 
 
@@ -85,6 +86,14 @@ class Sequence(Child):
     frees a tensor.
     """
     _what = "sequence"
+    # Slots, as Tensor's: an instance dict of 30 keys or more is no longer shared, and each
+    # attribute read of eval()'s short path costs more. "__dict__" keeps room for
+    # attributes of the user's own.
+    __slots__ = ("_roots", "_name", "_queue", "_want_timestamps", "_nqueries", "_state",
+                 "_sub", "_h", "_ops", "_dirty", "_quick", "_running", "_gen", "_t_submit",
+                 "_spin", "_zombie", "_inflight", "_indexed", "_timestamps", "_nts",
+                 "_ts_due", "_objs", "_seen_destroys", "_pre_ops", "_copies",
+                 "_host_written", "_rec_inflight", "_touched", "_zeroes", "_sig", "__dict__")
 
     def __init__(self, manager: object, engine: Engine, roots: Roots, name: str | None,
                  queue: int, timestamps: bool):
@@ -146,6 +155,9 @@ class Sequence(Child):
         # What eval needs, gathered at record time so that re-evaluation does no more
         # Python work than it must (see _note_recorded).
         self._objs: list[Any] = []               # must be alive at eval
+        # state.destroys when the general path last found every one of them alive (they
+        # still are while the count stands: the short path then skips the look).
+        self._seen_destroys = -1
         self._pre_ops: list[Op] = []
         # host copies of the OpTensorSyncLocal ops (Tensor._read_back), due at completion
         self._copies: tuple[tuple[Any, Any, int], ...] = ()
@@ -282,32 +294,38 @@ class Sequence(Child):
                 if (self._quick and not self._dirty and not state.closed
                         and not (state.garbage or state.running or sub.waiters)
                         and (sub.led or not state.lead_all)
-                        and first_destroyed(self._objs) is None):
+                        and (self._seen_destroys == state.destroys
+                             or first_destroyed(self._objs) is None)):
                     # (_submit_locked's steps for a sequence of no timestamps, host
                     # writes, pre-submit ops, fresh tensors or sync checks: see _quick)
                     self._inflight = self._rec_inflight
                     self._gen += 1
-                    self._enter_running(state)
-                    rc = _seq_submit(self._h)
-                    if rc:
-                        self._retire()
-                        _vk.check(rc, f"submitting {self!r}")
                     self._t_submit = t = _clock()
-                    sub.copies = self._copies
                     if t >= state.alone_until:
                         state.check_alone(t)
+                    sub.copies = self._copies
+                    self._enter_running(state)
                     if state.alone and self._spin <= HOLD_SPIN_MAX_NS:
-                        # No other thread can want the lock: wait holding it. Not done
-                        # by HOLD_TIMEOUT_NS: awaited below as any other submission. A
-                        # failed wait raises, as _await's: the sequence still counts as
-                        # running.
-                        rc = _seq_wait(self._h, HOLD_TIMEOUT_NS, self._spin)
+                        # No other thread can want the lock: submit and wait holding it,
+                        # in one call. Not done by HOLD_TIMEOUT_NS: awaited below as any
+                        # other submission. A failed wait raises, as _await's: the
+                        # sequence still counts as running.
+                        box = state.submit_rc
+                        rc = _seq_submit_wait(self._h, HOLD_TIMEOUT_NS, self._spin, box)
                         if not rc:
                             self._spin = spin_after(_clock() - t, state.cpu_device)
                             self._finish()
                             return self
                         if rc != _SG_TIMEOUT:
+                            if box[0]:
+                                self._retire()
+                                _vk.check(rc, f"submitting {self!r}")
                             _vk.check(rc, f"waiting for {self!r}")
+                    else:
+                        rc = _seq_submit(self._h)
+                        if rc:
+                            self._retire()
+                            _vk.check(rc, f"submitting {self!r}")
                 elif not self._submit_locked(state):
                     return self
                 gen = self._gen
@@ -375,6 +393,7 @@ class Sequence(Child):
                     f"{self!r} refers to {obj!r}, which was destroyed; nothing was "
                 f"submitted. Record the sequence again with live objects "
                 f"(clear() and record()).")
+        self._seen_destroys = state.destroys
         if not self._ops:
             return False
         # Host writes below must not race GPU work of other running sequences that
@@ -691,6 +710,7 @@ class Sequence(Child):
             if state.closed:
                 return   # close() destroyed it, and released what it could
             self._destroyed = True
+            state.destroys += 1
             self._forget()   # idempotent
             handle = state.handles.get(self._ref)
             if handle is not None:

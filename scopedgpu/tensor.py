@@ -255,6 +255,7 @@ class Tensor(Child):
             state.handles.pop(ref, None)
             state.tensors.refs.pop(ref, None)
         self._destroyed = True
+        state.destroys += 1
         if handle.gpu is None and pair is not None:
             handle.gpu, handle.stage = pair
         stage = handle.stage
@@ -518,6 +519,7 @@ class Tensor(Child):
             if self._destroyed:
                 return
             self._destroyed = True
+            state.destroys += 1
             if self._th.view is not None:
                 self._host = None   # data() is a range of the pool: the user's views keep it
             handle = None

@@ -6,7 +6,8 @@ writes a private attribute (`x._name`) that only another module defines, and the
 suite (the subpackage scopedgpu.bench) stays outside the library: only __main__ imports
 it, inside the function of the `bench` sub-command; and the Ctrl-C rule of scopedgpu/_ki.py
 holds: every function marked `@_ki.step` is one indivisible step by its bytecode (dis), and
-no statement line is `;`-joined (the old convention for a step).
+no statement line is `;`-joined (the old convention for a step); and every `x._destroyed =
+True` counts in its engine's `destroys` (Sequence.eval's short path relies on it).
 Each checker takes a directory, so the tests below also feed it planted violations."""
 from __future__ import annotations
 
@@ -237,6 +238,33 @@ def submission_door_violations(pkg: Path) -> list[str]:
     return sorted(found)
 
 
+def destroy_count_violations(pkg: Path) -> list[str]:
+    """Assignments `x._destroyed = True` not followed at once by a statement `<engine>.destroys
+    += 1`: every destroyed child counts in its engine's `destroys`, or a sequence's short
+    path (Sequence.eval, which skips its look at its objects while the count stands)
+    would submit commands that use a destroyed object."""
+    found = []
+    for mod, tree in _modules(pkg).items():
+        for node in ast.walk(tree):
+            for field in ("body", "orelse", "finalbody"):
+                stmts = getattr(node, field, None)
+                if not isinstance(stmts, list):
+                    continue
+                for i, st in enumerate(stmts):
+                    if not (isinstance(st, ast.Assign) and len(st.targets) == 1
+                            and isinstance(st.targets[0], ast.Attribute)
+                            and st.targets[0].attr == "_destroyed"
+                            and isinstance(st.value, ast.Constant) and st.value.value is True):
+                        continue
+                    nxt = stmts[i + 1] if i + 1 < len(stmts) else None
+                    if not (isinstance(nxt, ast.AugAssign) and isinstance(nxt.op, ast.Add)
+                            and isinstance(nxt.target, ast.Attribute)
+                            and nxt.target.attr == "destroys"
+                            and isinstance(nxt.value, ast.Constant) and nxt.value.value == 1):
+                        found.append(f"{mod}.py:{st.lineno}")
+    return sorted(found)
+
+
 def bench_importers(pkg: Path) -> list[str]:
     """Imports of the benchmark suite (scopedgpu.bench) by the library's modules: allowed
     only in __main__, and there only inside a function (the `bench` sub-command), so that
@@ -326,6 +354,27 @@ def test_a_planted_command_buffer_outside_submission_is_found(tmp_path):
     })
     assert submission_door_violations(pkg) == ["_transfer.py:1: seq_destroy",
                                                "stream.py:3: seq_create"]
+
+
+def test_every_destroyed_child_is_counted():
+    assert destroy_count_violations(PKG) == []
+    assert "_base" in _modules(PKG)
+
+
+def test_a_planted_uncounted_destroy_is_found(tmp_path):
+    pkg = _write(tmp_path / "scopedgpu", {
+        "__init__.py": "",
+        "tensor.py": "class Tensor:\n"
+                     "    def destroy(self, state):\n"
+                     "        with state.lock:\n"
+                     "            self._destroyed = True\n"
+                     "            state.destroys += 1\n"
+                     "    def unmake(self, state):\n"
+                     "        self._destroyed = True\n"
+                     "        state.other += 1\n",
+        "ops.py": "def drop(o):\n    if o:\n        o._destroyed = True\n",
+    })
+    assert destroy_count_violations(pkg) == ["ops.py:3", "tensor.py:7"]
 
 
 def test_no_module_reaches_into_another_modules_private_attributes():

@@ -74,17 +74,21 @@ def test_unchanged_sequence_takes_the_short_path_and_runs_each_time(plain, glsl,
         o.destroy()
 
 
-def test_destroyed_object_is_refused_on_the_short_path_too(plain, glsl, general):
+@pytest.mark.parametrize("what", ["algorithm", "tensor"])
+def test_destroyed_object_is_refused_on_the_short_path_too(plain, glsl, general, what):
     t, algo, seq = _counter(plain, glsl)
     seq.eval()
     seq.eval()
-    algo.destroy()
-    with pytest.raises(sg.DestroyedError, match="destroyed"):
+    assert general(seq) == 1
+    view = t.data()
+    (algo if what == "algorithm" else t).destroy()
+    with pytest.raises(sg.DestroyedError, match=f"refers to <{what.capitalize()}"):
         seq.eval()
     assert not seq.is_running
-    _expect(t, 2)   # nothing was submitted
+    np.testing.assert_array_equal(view, np.full(N, 2, dtype=np.float32))   # nothing ran
     seq.destroy()
-    t.destroy()
+    for o in (algo, t):
+        o.destroy()
 
 
 # change -> (its count after the next eval, whether that eval took the general path)
@@ -169,15 +173,22 @@ def _past_the_recheck():
     time.sleep(2 * ALONE_RECHECK_S)
 
 
-def test_alone_a_short_run_is_awaited_in_the_lock_section_and_finished_there(
-        plain, glsl, general, leaves, threads, monkeypatch):
-    # (A hold long enough for any run of a loaded machine: the path is what is tested.)
+def _alone_counter(m, glsl, threads, monkeypatch):
+    """_counter's objects, evaluated twice in a thread that the engine sees alone, with a
+    hold long enough for any run of a loaded machine (the path is what is tested): the
+    second evaluation, and each after it, on the short path in the lock section."""
     monkeypatch.setattr(sequence_module, "HOLD_TIMEOUT_NS", 10**10)
     threads(1)
-    t, algo, seq = _counter(plain, glsl)
+    t, algo, seq = _counter(m, glsl)
     seq.eval()
     _past_the_recheck()
     seq.eval()
+    return t, algo, seq
+
+
+def test_alone_a_short_run_is_awaited_in_the_lock_section_and_finished_there(
+        plain, glsl, general, leaves, threads, monkeypatch):
+    t, algo, seq = _alone_counter(plain, glsl, threads, monkeypatch)
     before = leaves()
     for i in range(3, 13):
         seq.eval()
@@ -221,3 +232,39 @@ def test_a_run_longer_than_the_hold_is_awaited_without_the_lock(plain, glsl, gen
     for o in (seq, algo, t):
         o.destroy()
 
+
+
+@pytest.mark.parametrize("fail", ["submit", "wait"])
+def test_alone_a_failed_submission_or_wait_raises_as_on_the_general_path(
+        plain, glsl, general, threads, monkeypatch, fail):
+    """The lock section's submit-and-wait (one call into the shim) fails as the general
+    path's calls do: a failed submission raises naming it and leaves nothing running; a
+    failed wait raises naming the wait and leaves the sequence running, until a later
+    wait completes it."""
+    from scopedgpu._ffi import lib
+    t, algo, seq = _alone_counter(plain, glsl, threads, monkeypatch)
+    _expect(t, 2)
+    # The checked calls of the path: vkResetFences, vkQueueSubmit, then the wait.
+    k, call = (2, "vkQueueSubmit") if fail == "submit" else (3, "vkWaitForFences")
+    lib.sg_fault_set(k, -4)   # VK_ERROR_DEVICE_LOST
+    try:
+        with pytest.raises(sg.DeviceError, match=call) as info:
+            seq.eval()
+    finally:
+        lib.sg_fault_set(0, 0)
+    assert info.value.result == "VK_ERROR_DEVICE_LOST"
+    assert ("submitting" if fail == "submit" else "waiting for") in str(info.value)
+    if fail == "submit":
+        # (the attribute: is_running would poll the fence, and complete a sequence left
+        # running over a submission that never was)
+        assert not seq._running, "a failed submission left the sequence running"
+        _expect(t, 2)                  # nothing ran
+    else:
+        assert seq._running, "a failed wait marked the sequence complete"
+        assert seq.eval_await() is True
+        _expect(t, 3)                  # it ran, and completed with the later wait
+    seq.eval()                         # the short path again, in its lock section
+    _expect(t, 3 if fail == "submit" else 4)
+    assert general(seq) == 1
+    for o in (seq, algo, t):
+        o.destroy()
