@@ -269,7 +269,8 @@ class Child(NoCopy):
         """Hook: drop the manager's bookkeeping for this object."""
 
     def __enter__(self: C) -> C:
-        self._check()
+        if self._destroyed:   # (the check's call only when it raises)
+            self._check()
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -937,7 +937,8 @@ class Algorithm(Child):
                 f"workgroup={self._workgroup} local_size={self._local_size}{state}>")
 
     def __enter__(self: A) -> A:
-        self._check()
+        if self._destroyed:   # (the check's call only when it raises)
+            self._check()
         return self
 
     # -- the package's interface (ops and sequences) ----------------------------------

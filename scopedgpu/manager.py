@@ -294,7 +294,8 @@ class Manager(NoCopy):
 
     def _open(self) -> Engine:
         st = self._state
-        st.check_open()
+        if st.closed:
+            st.check_open()
         return st
 
     # -- tensors ------------------------------------------------------------------------------

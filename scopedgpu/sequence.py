@@ -104,7 +104,8 @@ class Sequence(Child):
         self._want_timestamps = timestamps
         self._nqueries = TIMESTAMP_QUERIES if timestamps else 0
         with state.lock:
-            state.check_open()
+            if state.closed:
+                state.check_open()
             if state.garbage or state.running:
                 state.collect()
             if queue:
@@ -817,7 +818,8 @@ class Sequence(Child):
         self._finish()
 
     def __enter__(self: S) -> S:
-        self._check()
+        if self._destroyed:   # (the check's call only when it raises)
+            self._check()
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -406,7 +406,8 @@ class Tensor(Child):
         return dev
 
     def __enter__(self: T) -> T:
-        self._check()
+        if self._destroyed:   # (the check's call only when it raises)
+            self._check()
         return self
 
     # -- the package's interface (ops and sequences) ----------------------------------
