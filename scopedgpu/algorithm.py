@@ -712,7 +712,8 @@ class Algorithm(Child):
         self._spec = spec
 
         with state.lock:
-            state.check_open()
+            if state.closed:
+                state.check_open()
             state.collect()
             if state.debug:
                 state.stale_validation(f"creating {what}")
