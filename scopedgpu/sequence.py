@@ -299,11 +299,12 @@ class Sequence(Child):
                              or first_destroyed(self._objs) is None)):
                     # (_submit_locked's steps for a sequence of no timestamps, host
                     # writes, pre-submit ops, fresh tensors or sync checks: see _quick)
-                    self._inflight = self._rec_inflight
-                    self._gen += 1
                     self._t_submit = t = _clock()
                     if t >= state.alone_until:
                         state.check_alone(t)
+                    # (no call from here to the submission but _enter_running's step)
+                    self._inflight = self._rec_inflight
+                    self._gen += 1
                     sub.copies = self._copies
                     self._enter_running(state)
                     if state.alone and self._spin <= HOLD_SPIN_MAX_NS:
