@@ -46,6 +46,8 @@ SPIN_NS = 200_000
 # (see spin_after): a blocking wait's wake-up costs tens of microseconds on NVIDIA's
 # driver, 6 to 20% of a re-evaluated chain of 100 to 1,000 small dispatches.
 SPIN_MAX_NS = 5_000_000
+# ... that is, SPIN_PER_S nanoseconds of spin a second of the last run.
+SPIN_PER_S = 1.5e9
 # collect() polls the running sequences' fences again no sooner than this after a poll
 # that stopped at one still pending (seconds). A service with requests in flight calls
 # it at every creation, several times a request, and the oldest submission it would poll
@@ -60,7 +62,7 @@ def spin_after(took_s: float, cpu_device: bool) -> int:
     device (lavapipe) SPIN_NS: a spinning thread takes a core from the device itself."""
     if cpu_device:
         return SPIN_NS
-    ns = int(took_s * 1.5e9)
+    ns = int(took_s * SPIN_PER_S)
     return SPIN_NS if ns <= SPIN_NS else (ns if ns < SPIN_MAX_NS else SPIN_MAX_NS)
 # Sequence.eval()'s short path keeps the manager's lock through its wait, and finishes in
 # the same lock section, when the calling thread is the process's only Python thread (no

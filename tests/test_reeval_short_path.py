@@ -15,7 +15,7 @@ import pytest
 
 import scopedgpu as sg
 from scopedgpu import sequence as sequence_module
-from scopedgpu._engine import ALONE_RECHECK_S
+from scopedgpu._engine import ALONE_RECHECK_S, SPIN_MAX_NS, SPIN_NS, spin_after
 from scopedgpu._submission import Submission
 from scopedgpu.sequence import Sequence
 from scopedgpu.testing import leak_checked_manager
@@ -266,5 +266,78 @@ def test_alone_a_failed_submission_or_wait_raises_as_on_the_general_path(
     seq.eval()                         # the short path again, in its lock section
     _expect(t, 3 if fail == "submit" else 4)
     assert general(seq) == 1
+    for o in (seq, algo, t):
+        o.destroy()
+
+
+def test_alone_the_spin_follows_each_run_as_spin_after_says(plain, glsl, leaves, threads,
+                                                           monkeypatch):
+    """The lock-held path computes the next wait's spin itself (spin_after, written out):
+    on a GPU (not a CPU device, where it stays SPIN_NS) 1.5 times the run, within
+    SPIN_NS and SPIN_MAX_NS. The run's time is set through the path's clock."""
+    t, algo, seq = _alone_counter(plain, glsl, threads, monkeypatch)
+    monkeypatch.setattr(plain._state, "cpu_device", False)
+    before = leaves()
+    for i, took in enumerate((1e-4, 4e-4, 1e-3, 1e-2)):
+        clock = iter((100.0, 100.0 + took))
+        monkeypatch.setattr(sequence_module, "_clock", lambda c=clock: next(c))
+        seq.eval()
+        _expect(t, 3 + i)
+        seen = (100.0 + took) - 100.0   # (what the path's clock says, rounding included)
+        assert seq._spin == spin_after(seen, False), (took, seq._spin)
+    assert [spin_after(x, False) for x in (1e-4, 4e-4, 1e-2)] == [SPIN_NS, 600_000, SPIN_MAX_NS]
+    assert leaves() == before          # each in the lock section
+    for o in (seq, algo, t):
+        o.destroy()
+
+
+def test_alone_host_copies_are_done_in_the_lock_section(plain, glsl, general, leaves,
+                                                        threads, monkeypatch):
+    """A recording with host work at completion (OpTensorSyncLocal of a "host" tensor
+    copies its mapped memory into data()) completes through _finish on the lock-held
+    path: each result is in data() when eval() returns."""
+    monkeypatch.setattr(sequence_module, "HOLD_TIMEOUT_NS", 10**10)
+    threads(1)
+    t = plain.tensor(np.zeros(N, dtype=np.float32), kind="host")
+    algo = plain.algorithm([t], glsl(ADD_ONE))
+    seq = plain.sequence().record(sg.OpAlgoDispatch(algo)).record(sg.OpTensorSyncLocal([t]))
+    assert seq._copies, "no host copy recorded: the test would not reach _finish"
+    seq.eval()
+    _past_the_recheck()
+    before = leaves()
+    for i in range(2, 8):
+        seq.eval()
+        _expect(t, i)
+        assert not seq.is_running
+    assert leaves() == before
+    assert general(seq) == 1
+    for o in (seq, algo, t):
+        o.destroy()
+
+
+def test_alone_a_ctrl_c_at_the_completion_leaves_nothing_running(plain, glsl, threads,
+                                                                 monkeypatch):
+    """A KeyboardInterrupt at the entry of the lock-held path's completion (_retire, a
+    Python call: where a real Ctrl-C may land) is raised after the completion ran again
+    whole: the sequence is out of the running sets and evaluates again."""
+    t, algo, seq = _alone_counter(plain, glsl, threads, monkeypatch)
+    real = Sequence._retire
+    calls = [0]
+
+    def interrupted_once(self):
+        calls[0] += 1
+        if calls[0] == 1:
+            raise KeyboardInterrupt
+        real(self)
+
+    monkeypatch.setattr(Sequence, "_retire", interrupted_once)
+    with pytest.raises(KeyboardInterrupt):
+        seq.eval()
+    assert calls[0] == 2
+    monkeypatch.setattr(Sequence, "_retire", real)
+    assert not seq._running and seq.ref not in plain._state.running
+    _expect(t, 3)
+    seq.eval()
+    _expect(t, 4)
     for o in (seq, algo, t):
         o.destroy()
