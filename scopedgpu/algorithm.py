@@ -5,7 +5,7 @@ import math
 import numbers
 import operator
 import struct
-from typing import Any, Sequence as Seq, TypeVar
+from typing import Any, Sequence as Seq
 
 import numpy as np
 
@@ -18,7 +18,6 @@ from scopedgpu._spirv import ShaderInfo, SpecConstant
 from scopedgpu._spirv_split import BUILTIN_NUM_WORKGROUPS, CannotSplit, Split, split_module
 from scopedgpu.tensor import Tensor, binding_shapes
 
-A = TypeVar("A", bound="Algorithm")
 
 __all__ = ["Algorithm", "encode_push_consts", "encode_spec_consts"]
 
@@ -936,11 +935,6 @@ class Algorithm(Child):
         state = " destroyed" if self._destroyed else ""
         return (f"<Algorithm #{self._id} bindings={len(self._tensors)} "
                 f"workgroup={self._workgroup} local_size={self._local_size}{state}>")
-
-    def __enter__(self: A) -> A:
-        if self._destroyed:   # (the check's call only when it raises)
-            self._check()
-        return self
 
     # -- the package's interface (ops and sequences) ----------------------------------
     @property

@@ -7,7 +7,7 @@ import numbers
 import time
 import weakref
 from time import perf_counter as _clock
-from typing import Any, TypeVar
+from typing import Any
 
 from scopedgpu import _ki, _vk
 from scopedgpu._base import Child, Handle, first_destroyed, handles_of
@@ -30,7 +30,6 @@ _EMPTY: frozenset = frozenset()
 _seq_submit = _vk.seq_submit
 _seq_wait = _vk.seq_wait
 _seq_submit_wait = _vk.seq_submit_wait
-S = TypeVar("S", bound="Sequence")
 
 
 class _SeqHandle(Handle):
@@ -832,11 +831,6 @@ class Sequence(Child):
         """Completion work of a submission seen complete (package-internal; the caller
         holds the manager's lock)."""
         self._finish()
-
-    def __enter__(self: S) -> S:
-        if self._destroyed:   # (the check's call only when it raises)
-            self._check()
-        return self
 
     def __exit__(self, *exc: object) -> None:
         if self._name is None:

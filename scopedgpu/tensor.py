@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import weakref
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
@@ -14,7 +14,6 @@ from scopedgpu._errors import ScopedGPUError
 from scopedgpu._pool import SMALL_LIMIT, Allocation, aligned_empty
 from scopedgpu._transfer import host_to_mapped, read_back, upload
 
-T = TypeVar("T", bound="Tensor")
 
 __all__ = ["Tensor", "KINDS", "dtype_feature"]
 
@@ -404,11 +403,6 @@ class Tensor(Child):
         __dlpack__ does."""
         dev: tuple[int, int] = self.data().__dlpack_device__()
         return dev
-
-    def __enter__(self: T) -> T:
-        if self._destroyed:   # (the check's call only when it raises)
-            self._check()
-        return self
 
     # -- the package's interface (ops and sequences) ----------------------------------
     @property
