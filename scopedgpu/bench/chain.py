@@ -37,7 +37,8 @@ def bench_dispatch_chain(b: Bench) -> None:
                     seq.record(sg.OpAlgoDispatch(algo))
                 for _ in range(rounds):
                     times = b.timed_reps(seq.eval, min_time / rounds, min_reps=5,
-                                         max_reps=max(10, 20_000 // k // rounds))
+                                         max_reps=max(10, 20_000 // k // rounds),
+                                         warm_tenth=True)
                     ours.append(statistics.median(times) * 1e6 / k)
                     reps += len(times)
                     theirs += [r for r in b.c.run("chain", N, k, len(times))
