@@ -771,7 +771,8 @@ class Sequence(Child):
             del named[self._name]
         if self._name is not None and state.named.get(self._name) is self:
             del state.named[self._name]
-        self._h = None
+        self._quick = False   # (eval()'s short path: another thread's eval() may be
+        self._h = None        # past its unlocked check, waiting for the lock)
         # A destroyed sequence must not keep its ops' tensors and algorithms alive: the
         # `seq` name of a finished `with mgr.sequence() as seq:` block outlives the block.
         self._drop_ops()

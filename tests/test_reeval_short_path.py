@@ -341,3 +341,68 @@ def test_alone_a_ctrl_c_at_the_completion_leaves_nothing_running(plain, glsl, th
     _expect(t, 4)
     for o in (seq, algo, t):
         o.destroy()
+
+
+_RACE = r'''
+import numpy as np
+import scopedgpu as sg
+from pathlib import Path
+from scopedgpu.testing import leak_checked_manager
+
+spirv = (Path(sg.__file__).parent / "shaders" / "saxpy.spv").read_bytes()
+with leak_checked_manager(debug=False) as m:
+    x = m.empty(64, kind="storage")
+    y = m.empty(64, kind="storage")
+    algo = m.algorithm([x, y], spirv, workgroup=(1, 1, 1), push_consts=[2.0])
+    seq = m.sequence().record(sg.OpAlgoDispatch(algo))
+    seq.eval()
+    seq.eval()
+    state = m._state
+    real = state.lock
+
+    class Racing:
+        """The manager's lock, whose first entry lets another thread's destroy() of seq
+        in first (as one may between eval()'s unlocked check and its lock section)."""
+        armed = True
+
+        def __enter__(self):
+            real.acquire()
+            if Racing.armed:
+                Racing.armed = False
+                seq.destroy()
+            return True
+
+        def __exit__(self, *exc):
+            real.release()
+
+        def acquire(self, *args, **kwargs):
+            return real.acquire(*args, **kwargs)
+
+        def release(self):
+            real.release()
+
+    state.lock = Racing()
+    try:
+        seq.eval()
+    except sg.DestroyedError as exc:
+        print("RAISED", exc)
+    else:
+        print("NO ERROR")
+    finally:
+        state.lock = real
+    for o in (algo, x, y):
+        o.destroy()
+'''
+
+
+def test_a_sequence_destroyed_before_the_lock_section_raises():
+    """Another thread's destroy() between eval()'s unlocked check and its lock section:
+    DestroyedError. (Before, the short path took the destroyed sequence: it entered the
+    running sets and handed the shim None for the freed sg_seq, a TypeError from cffi.
+    Run in a child: a submission of freed Vulkan objects may crash the interpreter.)"""
+    import subprocess
+    import sys
+    res = subprocess.run([sys.executable, "-c", _RACE], capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "RAISED" in res.stdout, res.stdout + res.stderr[-2000:]
