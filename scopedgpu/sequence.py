@@ -315,21 +315,35 @@ class Sequence(Child):
                         box = state.submit_rc
                         rc = _seq_submit_wait(self._h, HOLD_TIMEOUT_NS, self._spin, box)
                         if not rc:
-                            # spin_after() and _finish() written out: on this path each
-                            # Python call is some 5% of the evaluation's own work. (On a
-                            # CPU device the spin stays SPIN_NS; no timestamps here.)
+                            # spin_after(), _finish() and _retire() written out: on this
+                            # path each Python call is some 5% of the evaluation's own
+                            # work. (On a CPU device the spin stays SPIN_NS; no
+                            # timestamps here.)
                             if not state.cpu_device:
-                                ns = int((_clock() - t) * SPIN_PER_S)
-                                self._spin = (SPIN_NS if ns <= SPIN_NS else
-                                              ns if ns < SPIN_MAX_NS else SPIN_MAX_NS)
+                                ns = (_clock() - t) * SPIN_PER_S
+                                self._spin = (SPIN_NS if ns <= SPIN_NS else int(ns)
+                                              if ns < SPIN_MAX_NS else SPIN_MAX_NS)
                             if sub.copies:
                                 self._finish()
                                 return self
                             sub.done = True   # (_finish without host work)
                             try:
-                                self._retire()
-                            except BaseException:   # a Ctrl-C at its entry: again, as
-                                self._retire()      # _finish does (it is safe to rerun)
+                                # _retire() for a sequence that is not destroyed (the
+                                # lock was held since the check above): out of the
+                                # running sets as _leave_running takes it out (the
+                                # engine's first: no check before the discard's
+                                # return), then what waited for it, if anything did.
+                                self._running = False
+                                running = state.running
+                                ref = self._ref
+                                if ref in running:
+                                    del running[ref]
+                                self._roots.running.discard(self)
+                                self._inflight = _EMPTY
+                                if state.deferred or self._zombie is not None:
+                                    self._retire()
+                            except BaseException:   # a Ctrl-C after the discard (or in
+                                self._retire()      # _retire): again (safe to rerun)
                                 raise
                             return self
                         if rc != _SG_TIMEOUT:
@@ -361,8 +375,8 @@ class Sequence(Child):
                 if state.debug:
                     state.check_validation(f"waiting for {self!r}")
         finally:
-            if token in sub.waiters:   # not left above or in _await (Ctrl-C)
-                _leave(state, sub, token)
+            if token is not None and token in sub.waiters:   # not left above or in
+                _leave(state, sub, token)                       # _await (Ctrl-C)
         return self
 
     def eval_async(self, op: Op | None = None) -> Sequence:

@@ -317,25 +317,30 @@ def test_alone_host_copies_are_done_in_the_lock_section(plain, glsl, general, le
 
 def test_alone_a_ctrl_c_at_the_completion_leaves_nothing_running(plain, glsl, threads,
                                                                  monkeypatch):
-    """A KeyboardInterrupt at the entry of the lock-held path's completion (_retire, a
-    Python call: where a real Ctrl-C may land) is raised after the completion ran again
-    whole: the sequence is out of the running sets and evaluates again."""
+    """A KeyboardInterrupt where a real Ctrl-C may land in the lock-held path's completion
+    (right after its one call into C returns: the discard from the manager's running set)
+    is raised after the completion ran again whole (_retire): the sequence is out of the
+    running sets and evaluates again."""
     t, algo, seq = _alone_counter(plain, glsl, threads, monkeypatch)
-    real = Sequence._retire
     calls = [0]
 
-    def interrupted_once(self):
-        calls[0] += 1
-        if calls[0] == 1:
-            raise KeyboardInterrupt
-        real(self)
+    class Interrupting(set):
+        def discard(self, item):
+            super().discard(item)
+            calls[0] += 1
+            if calls[0] == 1:
+                raise KeyboardInterrupt
 
-    monkeypatch.setattr(Sequence, "_retire", interrupted_once)
-    with pytest.raises(KeyboardInterrupt):
-        seq.eval()
-    assert calls[0] == 2
-    monkeypatch.setattr(Sequence, "_retire", real)
+    roots = plain._roots
+    roots.running = Interrupting(roots.running)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            seq.eval()
+    finally:
+        roots.running = set(roots.running)
+    assert calls[0] == 2   # the completion's discard, then _retire's
     assert not seq._running and seq.ref not in plain._state.running
+    assert seq not in roots.running
     _expect(t, 3)
     seq.eval()
     _expect(t, 4)
