@@ -219,6 +219,8 @@ class Sequence(Child):
         with state.lock:
             if state.closed:
                 state.check_open()
+            if self._destroyed:   # (by another thread since the check above)
+                self._check()
             recorded = op.bind(self)
             self._ops.append(recorded)
             self._note_recorded(recorded)

@@ -349,10 +349,10 @@ def test_alone_a_ctrl_c_at_the_completion_leaves_nothing_running(plain, glsl, th
 
 
 _RACE = r'''
-import numpy as np
 import scopedgpu as sg
 from pathlib import Path
 from scopedgpu.testing import leak_checked_manager
+from tests.racing import destroyed_on_first_entry
 
 spirv = (Path(sg.__file__).parent / "shaders" / "saxpy.spv").read_bytes()
 with leak_checked_manager(debug=False) as m:
@@ -362,39 +362,13 @@ with leak_checked_manager(debug=False) as m:
     seq = m.sequence().record(sg.OpAlgoDispatch(algo))
     seq.eval()
     seq.eval()
-    state = m._state
-    real = state.lock
-
-    class Racing:
-        """The manager's lock, whose first entry lets another thread's destroy() of seq
-        in first (as one may between eval()'s unlocked check and its lock section)."""
-        armed = True
-
-        def __enter__(self):
-            real.acquire()
-            if Racing.armed:
-                Racing.armed = False
-                seq.destroy()
-            return True
-
-        def __exit__(self, *exc):
-            real.release()
-
-        def acquire(self, *args, **kwargs):
-            return real.acquire(*args, **kwargs)
-
-        def release(self):
-            real.release()
-
-    state.lock = Racing()
-    try:
-        seq.eval()
-    except sg.DestroyedError as exc:
-        print("RAISED", exc)
-    else:
-        print("NO ERROR")
-    finally:
-        state.lock = real
+    with destroyed_on_first_entry(m, seq):
+        try:
+            seq.eval()
+        except sg.DestroyedError as exc:
+            print("RAISED", exc)
+        else:
+            print("NO ERROR")
     for o in (algo, x, y):
         o.destroy()
 '''
@@ -407,7 +381,9 @@ def test_a_sequence_destroyed_before_the_lock_section_raises():
     Run in a child: a submission of freed Vulkan objects may crash the interpreter.)"""
     import subprocess
     import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]   # (the child imports tests.racing)
     res = subprocess.run([sys.executable, "-c", _RACE], capture_output=True, text=True,
-                         timeout=120)
+                         timeout=120, cwd=root)
     assert res.returncode == 0, res.stderr[-2000:]
     assert "RAISED" in res.stdout, res.stdout + res.stderr[-2000:]

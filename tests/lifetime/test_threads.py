@@ -199,3 +199,17 @@ def test_close_while_threads_create_tensors(kind):
 
         _close_under_threads(m, step, 0.005)
     assert sg.live_vulkan_objects() == before
+
+
+def test_record_into_a_sequence_another_thread_destroyed_raises(mgr):
+    """Another thread's destroy() between record()'s unlocked check and its lock section:
+    DestroyedError, and nothing recorded into the destroyed sequence (its ops would keep
+    their tensors referenced by an object the program considers gone)."""
+    from tests.racing import destroyed_on_first_entry
+    t = mgr.tensor(np.zeros(16, dtype=np.float32))
+    seq = mgr.sequence()
+    with destroyed_on_first_entry(mgr, seq):
+        with pytest.raises(sg.DestroyedError):
+            seq.record(sg.OpTensorSyncDevice([t]))
+    assert not seq._ops and not seq._objs
+    t.destroy()
