@@ -450,8 +450,8 @@ class Tensor(Child):
         if engine.running:
             return   # (read again under the lock below: this only spares taking it)
         with engine.lock:
-            if engine.running:
-                return
+            if engine.running or self._destroyed:   # (destroyed: by another thread since
+                return                              # the caller's check; its range is freed)
             self._view_stage(self._th, host)
 
     def _view_stage(self, handle: _TensorHandle, host: np.ndarray) -> None:
