@@ -602,6 +602,7 @@ class Algorithm(Child):
                  workgroup: Seq[int] | None, spec_consts: Any, push_consts: Any, *,
                  reinterpret: bool = False):
         state = engine
+        seen = state.destroys   # (a tensor destroyed after the checks below: see the lock)
         tensors = list(tensors)
         # (dtype, bytes) of each tensor, when every one is a live Tensor of this manager
         # (the common case, in one call); else the checks below say which is not.
@@ -713,6 +714,9 @@ class Algorithm(Child):
         with state.lock:
             if state.closed:
                 state.check_open()
+            if state.destroys != seen:   # a child destroyed since the checks above
+                for t in tensors:        # (by another thread): none of the tensors?
+                    t.check_alive()
             state.collect()
             if state.debug:
                 state.stale_validation(f"creating {what}")

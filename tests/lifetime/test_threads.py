@@ -213,3 +213,34 @@ def test_record_into_a_sequence_another_thread_destroyed_raises(mgr):
             seq.record(sg.OpTensorSyncDevice([t]))
     assert not seq._ops and not seq._objs
     t.destroy()
+
+
+def test_data_of_a_tensor_another_thread_destroyed_keeps_its_own_memory(mgr):
+    """data() while another thread destroys the tensor (past data()'s check, in the lock
+    section that makes the staging range data()): the array is the tensor's own host
+    copy, not the freed staging range, which the pool hands to the next tensor (whose
+    sync wrote into the array)."""
+    from tests.racing import destroyed_on_first_entry
+    x = mgr.tensor(np.ones(64, dtype=np.float32))
+    with destroyed_on_first_entry(mgr, x):
+        a = x.data()
+    assert x.destroyed
+    z = mgr.tensor(np.full(64, 7, dtype=np.float32))
+    mgr.run(sg.OpTensorSyncDevice([z]))
+    np.testing.assert_array_equal(a, np.ones(64, dtype=np.float32))
+    z.destroy()
+
+
+def test_algorithm_over_a_tensor_another_thread_destroyed_raises(mgr):
+    """An algorithm made while another thread destroys one of its tensors (past the
+    binding checks, before the descriptor set is written): DestroyedError, not an
+    algorithm whose set holds the freed range."""
+    from tests.racing import destroyed_on_first_entry
+    x = mgr.tensor(np.ones(64, dtype=np.float32))
+    y = mgr.tensor(np.ones(64, dtype=np.float32))
+    spirv = add_one_spirv(np.float32)
+    with destroyed_on_first_entry(mgr, x):
+        with pytest.raises(sg.DestroyedError):
+            mgr.algorithm([y, x], spirv)
+    assert mgr.live_objects()["algorithms"] == 0
+    y.destroy()
