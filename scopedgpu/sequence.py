@@ -259,6 +259,8 @@ class Sequence(Child):
         self._wait(None)
         state = self._engine
         with state.lock:
+            if self._destroyed:   # (by another thread since the check above)
+                self._check()
             self._drop_ops()
             self._sig = None if self._want_timestamps else ()
             self._dirty = True

@@ -215,6 +215,16 @@ def test_record_into_a_sequence_another_thread_destroyed_raises(mgr):
     t.destroy()
 
 
+def test_clear_of_a_sequence_another_thread_destroyed_raises(mgr):
+    """clear() while another thread destroys the sequence (past clear()'s check):
+    DestroyedError, as record() raises."""
+    from tests.racing import destroyed_on_first_entry
+    seq = mgr.sequence()
+    with destroyed_on_first_entry(mgr, seq):
+        with pytest.raises(sg.DestroyedError):
+            seq.clear()
+
+
 def test_data_of_a_tensor_another_thread_destroyed_keeps_its_own_memory(mgr):
     """data() while another thread destroys the tensor (past data()'s check, in the lock
     section that makes the staging range data()): the array is the tensor's own host
