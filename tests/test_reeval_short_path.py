@@ -60,14 +60,20 @@ def _expect(t, n):
     np.testing.assert_array_equal(t.data(), np.full(N, n, dtype=np.float32))
 
 
+def _evaluate(seq, t, counts):
+    """Evaluates seq once per count: each time, once eval() returned, t holds the count
+    (the read-back of that evaluation, done) and seq no longer runs."""
+    for i in counts:
+        seq.eval()
+        _expect(t, i)
+        assert not seq.is_running
+
+
 def test_unchanged_sequence_takes_the_short_path_and_runs_each_time(plain, glsl, general):
     t, algo, seq = _counter(plain, glsl)
     seq.eval()
     assert general(seq) == 1
-    for i in range(2, 12):
-        seq.eval()
-        _expect(t, i)   # the read-back of each evaluation, done when eval() returned
-        assert not seq.is_running
+    _evaluate(seq, t, range(2, 12))
     assert general(seq) == 1   # every later one took the short path
     seq.destroy()
     for o in (algo, t):
@@ -190,10 +196,7 @@ def test_alone_a_short_run_is_awaited_in_the_lock_section_and_finished_there(
         plain, glsl, general, leaves, threads, monkeypatch):
     t, algo, seq = _alone_counter(plain, glsl, threads, monkeypatch)
     before = leaves()
-    for i in range(3, 13):
-        seq.eval()
-        _expect(t, i)
-        assert not seq.is_running
+    _evaluate(seq, t, range(3, 13))
     assert leaves() == before          # no unlocked wait
     assert general(seq) == 1
     threads(2)                         # another thread started
@@ -223,10 +226,7 @@ def test_a_run_longer_than_the_hold_is_awaited_without_the_lock(plain, glsl, gen
     seq.eval()
     _past_the_recheck()
     before = leaves()
-    for i in range(2, 22):
-        seq.eval()
-        _expect(t, i)
-        assert not seq.is_running
+    _evaluate(seq, t, range(2, 22))
     assert leaves() > before           # some runs outlasted the hold of no time
     assert general(seq) == 1
     for o in (seq, algo, t):
@@ -305,10 +305,7 @@ def test_alone_host_copies_are_done_in_the_lock_section(plain, glsl, general, le
     seq.eval()
     _past_the_recheck()
     before = leaves()
-    for i in range(2, 8):
-        seq.eval()
-        _expect(t, i)
-        assert not seq.is_running
+    _evaluate(seq, t, range(2, 8))
     assert leaves() == before
     assert general(seq) == 1
     for o in (seq, algo, t):
