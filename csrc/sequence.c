@@ -232,14 +232,17 @@ int sg_seq_wait(sg_seq *seq, uint64_t timeout_ns, uint32_t spin_ns) {
     }
     sg_device *dev = seq->dev;
     /* A short poll first: small dispatches finish within microseconds, and a blocking
-     * wait costs a sleep and a wake-up on most drivers. */
+     * wait costs a sleep and a wake-up on most drivers. The poll counts towards
+     * timeout_ns: the blocking wait gets what is left of it. */
     if (spin_ns) {
-        uint64_t start = now_ns();
+        uint64_t start = now_ns(), spent;
         uint64_t limit = spin_ns < timeout_ns ? spin_ns : timeout_ns;
         do {
             int s = fence_status(seq);
             if (s != SG_TIMEOUT) return s;
-        } while (now_ns() - start < limit);
+            spent = now_ns() - start;
+        } while (spent < limit);
+        if (timeout_ns != UINT64_MAX) timeout_ns = spent < timeout_ns ? timeout_ns - spent : 0;
     }
     VkResult r = dev->vk.vkWaitForFences(dev->device, 1, &seq->fence, VK_TRUE, timeout_ns);
     if (r == VK_SUCCESS) {

@@ -203,7 +203,8 @@ int sg_seq_end(sg_seq *seq);
 int sg_seq_submit(sg_seq *seq);
 /* Waits up to timeout_ns (UINT64_MAX: forever) for the last submission: 0 when done,
  * SG_TIMEOUT when not yet, negative on error (the submission then still counts as
- * pending). Spins briefly before blocking. */
+ * pending). Polls the fence for spin_ns at most before blocking; the poll counts towards
+ * timeout_ns. */
 int sg_seq_wait(sg_seq *seq, uint64_t timeout_ns, uint32_t spin_ns);
 /* sg_seq_submit, then sg_seq_wait(timeout_ns, spin_ns) when it succeeded, in one call
  * (a re-evaluation from Python pays for one call, not two: the latency figure). Returns

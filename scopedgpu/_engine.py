@@ -69,7 +69,7 @@ def spin_after(took_s: float, cpu_device: bool) -> int:
 # other thread can want the lock) and the sequence's last run was short (its spin at most
 # HOLD_SPIN_MAX_NS; on a CPU device every spin is SPIN_NS, so any run): one lock section
 # instead of two and no waiter to register (on the H200 about 0.35 us of the 2 us of
-# Python a re-evaluation costs). Its wait blocks HOLD_TIMEOUT_NS at most after the spin;
+# Python a re-evaluation costs). Its wait takes HOLD_TIMEOUT_NS at most, its spin included;
 # a run not done by then is awaited as usual, the lock released.
 # Whether the thread is alone is checked again every ALONE_RECHECK_S at most
 # (threading.active_count() takes a lock of its own): a thread started meanwhile waits
