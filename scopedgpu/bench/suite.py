@@ -47,6 +47,11 @@ from .report import (
 )
 from .yardstick import Yardstick, build_yardstick
 
+# Seconds of untimed evaluations before each timed round of the latency and chain
+# phases, at least (the C yardstick's WARM_S, the same): on lavapipe a process whose
+# threads sat idle while the other side's round ran evaluates slower for a while (some
+# 2,000 one-dispatch evaluations at 52 to 72 us, then 29; docs/benchmarks.md, session 51).
+WARM_S = 0.2
 
 # -- the bench ---------------------------------------------------------------------------------
 class Bench:
@@ -100,15 +105,17 @@ class Bench:
                    max_reps: int = 50, warm_tenth: bool = False) -> list[float]:
         """fn timed at least min_reps and at most max_reps times, for min_time seconds
         where it can; after one untimed call, or (warm_tenth) untimed calls for a tenth
-        of min_time and at most a tenth of max_reps, at least one: as the C yardstick
-        warms each of its rounds with a tenth of its reps, for phases whose rounds
-        alternate with its processes."""
+        of min_time and at most a tenth of max_reps, at least one, then more until WARM_S
+        seconds have passed: as the C yardstick warms each of its rounds, for phases
+        whose rounds alternate with its processes."""
         fn()  # warm
         if warm_tenth:
             start = time.perf_counter()
             for _ in range(max_reps // 10):
                 if time.perf_counter() - start >= min_time / 10:
                     break
+                fn()
+            while time.perf_counter() - start < WARM_S:
                 fn()
         times: list[float] = []
         start = time.perf_counter()
@@ -228,9 +235,13 @@ class Bench:
             round_medians: list[float] = []
             for _ in range(rounds):
                 # Each round warmed as each C round is (a tenth of its evaluations and
-                # one, untimed): a round that starts right after a C process ended
-                # would otherwise time the host's return to this process.
+                # one, and at least WARM_S seconds of them, untimed): a round that
+                # starts right after a C process ended would otherwise time the
+                # host's return to this process.
+                start = time.perf_counter()
                 for _ in range(iters // rounds // 10 + 1):
+                    seq.eval()
+                while time.perf_counter() - start < WARM_S:
                     seq.eval()
                 start = len(times)
                 for _ in range(iters // rounds):

@@ -301,6 +301,18 @@ static void zero2(buffer *x, buffer *y, VkDeviceSize bytes) {
     submit_wait(cmd, fence, 0);
 }
 
+/* The untimed evaluations before each timed round of the latency and chain tasks: a tenth
+ * of the round, and at least WARM_S seconds of them, as the bench warms its own rounds
+ * (suite.WARM_S). On lavapipe a process whose threads sat idle for 0.1 s or more (as
+ * each side does while the other side's round runs) evaluates slower for a while: some
+ * 2,000 one-dispatch evaluations ran at 52 to 72 us, then 29. */
+static const double WARM_S = 0.2;
+
+static void warm(VkCommandBuffer cb, int poll, int reps) {
+    double t0 = now();
+    for (int i = 0; i < reps / 10 + 1 || now() - t0 < WARM_S; i++) submit_wait(cb, fence, poll);
+}
+
 static void task_latency(int iters) {
     buffer x = make_buffer(256, 0), y = make_buffer(256, 0);
     bind_saxpy(dset, &x, &y, 256);
@@ -312,7 +324,7 @@ static void task_latency(int iters) {
     double *t = malloc(sizeof(double) * (size_t)iters);
     double med[2], p10[2], p90[2];
     for (int mode = 0; mode < 2; mode++) {
-        for (int i = 0; i < iters / 10 + 1; i++) submit_wait(cmd, fence, 1 - mode);  /* warm */
+        warm(cmd, 1 - mode, iters);
         for (int i = 0; i < iters; i++) {
             double t0 = now();
             submit_wait(cmd, fence, 1 - mode);
@@ -382,7 +394,7 @@ static void task_chain(uint64_t n, int k, int reps) {
     double *t = malloc(sizeof(double) * (size_t)reps);
     double med[2];
     for (int mode = 0; mode < 2; mode++) {   /* 0: poll, 1: vkWaitForFences */
-        for (int i = 0; i < reps / 10 + 1; i++) submit_wait(cmd, fence, 1 - mode);  /* warm */
+        warm(cmd, 1 - mode, reps);
         for (int i = 0; i < reps; i++) {
             double t0 = now();
             submit_wait(cmd, fence, 1 - mode);
