@@ -56,32 +56,18 @@ SPIN_PER_S = 1.5e9
 POLL_GAP_S = 20e-6
 
 
-# On a CPU device (lavapipe) a wait spins as on a GPU (1.5 times the last run), up to this
-# long, in a process of one Python thread; while other threads run, SPIN_NS. Measured on
-# lavapipe (2 cores; docs/benchmarks.md, session 51): a re-evaluated chain of 10, 100 and
-# 1,000 dependent dispatches ran 18, 16 and 16 us a dispatch with a wait that spins
-# through (the C poll loop's 18, 16 and 16), 55, 30 and 25 with SPIN_NS then a blocking
-# wait, and 1,000 at 34 with a spin that ends before the run (5 ms) then blocks: the
-# device's own threads, which share the host's cores, run faster beside one spinning
-# thread than beside a blocked one. Several spinning threads would take their cores.
-CPU_SPIN_MAX_NS = 50_000_000
-
-
 def spin_after(took_s: float, cpu_device: bool) -> int:
     """The spin of a sequence's next wait, given its last run took `took_s` seconds from
     submission to completion: 1.5 times that, between SPIN_NS and SPIN_MAX_NS. On a CPU
-    device (lavapipe) the same up to CPU_SPIN_MAX_NS in a process of one Python thread,
-    SPIN_NS while other threads run."""
-    ns = int(took_s * SPIN_PER_S)
+    device (lavapipe) SPIN_NS: a spinning thread takes a core from the device itself."""
     if cpu_device:
-        if ns <= SPIN_NS or threading.active_count() != 1:
-            return SPIN_NS
-        return ns if ns < CPU_SPIN_MAX_NS else CPU_SPIN_MAX_NS
+        return SPIN_NS
+    ns = int(took_s * SPIN_PER_S)
     return SPIN_NS if ns <= SPIN_NS else (ns if ns < SPIN_MAX_NS else SPIN_MAX_NS)
 # Sequence.eval()'s short path keeps the manager's lock through its wait, and finishes in
 # the same lock section, when the calling thread is the process's only Python thread (no
 # other thread can want the lock) and the sequence's last run was short (its spin at most
-# HOLD_SPIN_MAX_NS, on a CPU device too: see CPU_SPIN_MAX_NS): one lock section
+# HOLD_SPIN_MAX_NS; on a CPU device every spin is SPIN_NS, so any run): one lock section
 # instead of two and no waiter to register (on the H200 about 0.35 us of the 2 us of
 # Python a re-evaluation costs). Its wait takes HOLD_TIMEOUT_NS at most, its spin included;
 # a run not done by then is awaited as usual, the lock released.

@@ -11,9 +11,9 @@ from typing import Any
 
 from scopedgpu import _ki, _vk
 from scopedgpu._base import Child, Handle, first_destroyed, handles_of
-from scopedgpu._engine import (CPU_SPIN_MAX_NS, HOLD_SPIN_MAX_NS, HOLD_TIMEOUT_NS,
-                               SPIN_MAX_NS, SPIN_NS, SPIN_PER_S, WAIT_SLICE_NS, Engine,
-                               Roots, fence_wait, spin_after)
+from scopedgpu._engine import (HOLD_SPIN_MAX_NS, HOLD_TIMEOUT_NS, SPIN_MAX_NS, SPIN_NS,
+                               SPIN_PER_S, WAIT_SLICE_NS, Engine, Roots, fence_wait,
+                               spin_after)
 from scopedgpu._errors import DestroyedError
 from scopedgpu._submission import Submission
 from scopedgpu._record import record_commands
@@ -321,15 +321,12 @@ class Sequence(Child):
                         if not rc:
                             # spin_after(), _finish() and _retire() written out: on this
                             # path each Python call is some 5% of the evaluation's own
-                            # work. (No timestamps here; on a CPU device the thread
-                            # is alone, as spin_after asks there.)
-                            ns = (_clock() - t) * SPIN_PER_S
+                            # work. (On a CPU device the spin stays SPIN_NS; no
+                            # timestamps here.)
                             if not state.cpu_device:
+                                ns = (_clock() - t) * SPIN_PER_S
                                 self._spin = (SPIN_NS if ns <= SPIN_NS else int(ns)
                                               if ns < SPIN_MAX_NS else SPIN_MAX_NS)
-                            else:
-                                self._spin = (SPIN_NS if ns <= SPIN_NS else int(ns)
-                                              if ns < CPU_SPIN_MAX_NS else CPU_SPIN_MAX_NS)
                             if sub.copies:
                                 self._finish()
                                 return self

@@ -15,8 +15,7 @@ import pytest
 
 import scopedgpu as sg
 from scopedgpu import sequence as sequence_module
-from scopedgpu._engine import (ALONE_RECHECK_S, CPU_SPIN_MAX_NS, SPIN_MAX_NS, SPIN_NS,
-                               spin_after)
+from scopedgpu._engine import ALONE_RECHECK_S, SPIN_MAX_NS, SPIN_NS, spin_after
 from scopedgpu._submission import Submission
 from scopedgpu.sequence import Sequence
 from scopedgpu.testing import leak_checked_manager
@@ -182,11 +181,9 @@ def _past_the_recheck():
 
 def _alone_counter(m, glsl, threads, monkeypatch):
     """_counter's objects, evaluated twice in a thread that the engine sees alone, with a
-    hold long enough for any run of a loaded machine, and for any spin the last one left
-    (the path is what is tested): the second evaluation, and each after it, on the short
-    path in the lock section."""
+    hold long enough for any run of a loaded machine (the path is what is tested): the
+    second evaluation, and each after it, on the short path in the lock section."""
     monkeypatch.setattr(sequence_module, "HOLD_TIMEOUT_NS", 10**10)
-    monkeypatch.setattr(sequence_module, "HOLD_SPIN_MAX_NS", 1 << 62)
     threads(1)
     t, algo, seq = _counter(m, glsl)
     seq.eval()
@@ -289,29 +286,6 @@ def test_alone_the_spin_follows_each_run_as_spin_after_says(plain, glsl, leaves,
         seen = (100.0 + took) - 100.0   # (what the path's clock says, rounding included)
         assert seq._spin == spin_after(seen, False), (took, seq._spin)
     assert [spin_after(x, False) for x in (1e-4, 4e-4, 1e-2)] == [SPIN_NS, 600_000, SPIN_MAX_NS]
-    assert leaves() == before          # each in the lock section
-    for o in (seq, algo, t):
-        o.destroy()
-
-
-def test_alone_on_a_cpu_device_the_spin_follows_each_run_up_to_its_own_bound(
-        plain, glsl, leaves, threads, monkeypatch):
-    """The same on a CPU device (lavapipe), where a thread alone spins through runs of up
-    to CPU_SPIN_MAX_NS (SPIN_MAX_NS on a GPU): the device's threads run faster beside one
-    spinning thread than beside a blocked one (spin_after)."""
-    t, algo, seq = _alone_counter(plain, glsl, threads, monkeypatch)
-    monkeypatch.setattr(plain._state, "cpu_device", True)
-    before = leaves()
-    for i, took in enumerate((1e-4, 4e-4, 1e-3, 1e-2)):
-        clock = iter((100.0, 100.0 + took))
-        monkeypatch.setattr(sequence_module, "_clock", lambda c=clock: next(c))
-        seq.eval()
-        _expect(t, 3 + i)
-        seen = (100.0 + took) - 100.0
-        assert seq._spin == spin_after(seen, True), (took, seq._spin)
-    assert seq._spin == 15_000_000 > SPIN_MAX_NS   # (1.5 times 10 ms)
-    assert [spin_after(x, True) for x in (1e-4, 4e-4, 1.0)] == [SPIN_NS, 600_000,
-                                                                 CPU_SPIN_MAX_NS]
     assert leaves() == before          # each in the lock section
     for o in (seq, algo, t):
         o.destroy()
