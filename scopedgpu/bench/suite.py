@@ -238,10 +238,10 @@ class Bench:
                 # one, and at least WARM_S seconds of them, untimed): a round that
                 # starts right after a C process ended would otherwise time the
                 # host's return to this process.
-                start = time.perf_counter()
+                warm_start = time.perf_counter()
                 for _ in range(iters // rounds // 10 + 1):
                     seq.eval()
-                while time.perf_counter() - start < WARM_S:
+                while time.perf_counter() - warm_start < WARM_S:
                     seq.eval()
                 start = len(times)
                 for _ in range(iters // rounds):
