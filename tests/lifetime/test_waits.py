@@ -271,10 +271,10 @@ def test_eval_await_with_a_timeout_returns_false_then_true():
 def test_a_waits_poll_of_the_fence_counts_towards_its_timeout():
     """eval_await(timeout) on work that runs on returns False after about `timeout`, when
     the sequence's spin (its poll of the fence before a blocking wait, which follows the
-    last run) is as long as the timeout or longer: the poll is
-    part of the wait, not added to it (before, the blocking wait took the whole timeout
-    after the poll: twice the timeout, for timeouts up to a slice, WAIT_SLICE_NS). Likewise
-    each slice of a wait without a limit, between which a Ctrl-C raises."""
+    last run) is as long as the timeout or longer: the poll is part of the wait, not
+    added to it (before, the blocking wait took the whole timeout after the poll: twice
+    the timeout, for timeouts up to a slice, WAIT_SLICE_NS). Likewise each slice of a
+    wait without a limit, between which a Ctrl-C raises."""
     with sg.Manager() as m:
         f = flag_tensor(m)
         seq = busy_sequence(m, f, long_on_gpu=True)
