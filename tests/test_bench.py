@@ -546,7 +546,10 @@ def test_serve_long_verdict_names_each_failure():
 def test_serve_layers_times_each_part_of_a_served_request(tmp_path, capsys):
     """scopedgpu.bench.serve_layers (issue 24: where a served request's time goes): the five
     variants, each adding a part, timed in rounds with the collector off; every result of
-    the served variant right, live objects back to their baseline, a row a part."""
+    the served variant right, live objects back to their baseline, a row a part; and the
+    objects a request of each holds while it awaits: some for the task alone, more for
+    each part that makes objects which live through the await (tensors, algorithm,
+    sequence and ops)."""
     from scopedgpu.bench import serve_layers
     path = tmp_path / "parts.json"
     was_on = gc.isenabled()
@@ -562,17 +565,29 @@ def test_serve_layers_times_each_part_of_a_served_request(tmp_path, capsys):
         assert r["us"] == pytest.approx(statistics.median(r["rounds_us"]))
     assert sum(r["added_us"] for r in got["parts"]) == pytest.approx(got["parts"][-1]["us"])
     assert all(f"\n{p} " in out for p in serve_layers.PARTS), out
+    held = {r["part"]: r["held"] for r in got["parts"]}
+    assert held["nothing"] >= 2, held          # its task and coroutine at least
+    # Two tensors and their handles; an algorithm and its handle; a sequence, its handle
+    # and three ops.
+    assert held["tensors"] - held["nothing"] >= 4, held
+    assert held["algorithm"] - held["tensors"] >= 2, held
+    assert held["sequence"] - held["algorithm"] >= 5, held
+    assert held["eval"] >= held["sequence"] - 1, held
+    assert sum(r["added_held"] for r in got["parts"]) == pytest.approx(held["eval"])
+    assert "objects held" in out, out
 
 
 def test_serve_layers_fails_on_a_wrong_result():
     """Its check can fail: with numpy's answers made wrong, every served result (the
-    warm-up's and the rounds') is counted as a failure, on which main() exits with 1."""
+    warm-up's, the rounds' and the held-objects count's) is counted as a failure, on
+    which main() exits with 1."""
     from scopedgpu.bench import serve, serve_layers
     xs, alphas, refs = serve.requests()
     bad = (xs, alphas, [r + np.float32(1) for r in refs])
     out = serve_layers.run(4, 20, 1, data=bad)
     assert out["failures"] and "differ from numpy's" in out["failures"][0]
-    assert out["failures"][0].startswith(f"{20 + max(2 * 4, 100)} result(s)")
+    # the warm-up's, the round's and the 4 of the held-objects count's
+    assert out["failures"][0].startswith(f"{20 + max(2 * 4, 100) + 4} result(s)")
 
 
 def test_ab_steady_leaves_out_the_workers_of_a_disturbed_machine_within_each_version():

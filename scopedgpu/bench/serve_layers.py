@@ -3,7 +3,7 @@ figure's request (serve.py) cut into parts, each variant adding one part to the 
 before it, served by the figure's own driver (serve.serve_level: a task per request, at
 most C in flight), rounds alternating the variants in one process with the cyclic
 collector off, and the loop thread's CPU time a request (`time.thread_time()`), medians
-of the rounds.
+of the rounds; then the tracked objects a request of each variant holds while it awaits.
 
     python -m scopedgpu.bench.serve_layers [--in-flight 16] [--requests 3000]
         [--rounds 5] [--device N] [--json FILE]
@@ -15,6 +15,13 @@ The parts, each row adding its part to the row above:
   algorithm  + its algorithm
   sequence   + its sequence and its three ops recorded (never submitted)
   eval       + `await aio.eval(seq)` in place of `sleep(0)`: the request as served
+
+Objects held: the cyclic collector's share grows with the objects that requests in flight
+keep alive, which each collection traverses (with many requests in flight, their objects
+outlive the young collections and reach the full ones). After the rounds, C requests of
+each variant are started at once, and the objects the collector tracks
+(`gc.get_objects()`) are counted once each of them reached its await, less the count's
+own; per request, each row adding its part's to the row above.
 
 Every result of the served variant is compared with numpy's, bit for bit. Exit status 1
 when one differs, or when the manager's live objects (`live_objects(caches=False)`)
@@ -84,12 +91,56 @@ def serve_part(mgr: sg.Manager, spirv: bytes, part: int, in_flight: int, count: 
     return r["loop_cpu_us"], len(r["wrong"])
 
 
+async def _count(mgr: sg.Manager, spirv: bytes, part: int, n: int,
+                 data: tuple[list[np.ndarray], list[float], list[np.ndarray]]
+                 ) -> tuple[int, int]:
+    """Objects the collector tracks above those before, once n requests of variant
+    `part`, started at once, have each reached their await: counted by a task started
+    after them, whose turn comes once each of them has had its own (n = 0: the count's
+    own objects); and, for the served variant, how many results differ from numpy's."""
+    xs, alphas, refs = data
+    seen: list[int] = []
+
+    async def probe() -> None:
+        seen.append(len(gc.get_objects()))
+
+    base = len(gc.get_objects())
+    tasks = [asyncio.ensure_future(request(mgr, spirv, xs[i % len(xs)],
+                                           alphas[i % len(alphas)], part=part))
+             for i in range(n)]
+    await asyncio.ensure_future(probe())
+    wrong = 0
+    for i, task in enumerate(tasks):
+        y = await task
+        if part == _EVAL and (y is None or y.tobytes() != refs[i % len(refs)].tobytes()):
+            wrong += 1
+    return seen[0] - base, wrong
+
+
+def held_objects(mgr: sg.Manager, spirv: bytes, part: int, in_flight: int,
+                 data: tuple[list[np.ndarray], list[float], list[np.ndarray]]
+                 ) -> tuple[float, int]:
+    """Tracked objects a request of variant `part` holds while it awaits: `in_flight`
+    requests started at once (see _count), less the count's own objects, per request;
+    and the count of wrong results among them (the served variant's). The caller turns
+    the collector off (a collection meanwhile would free what the count should see, or
+    untrack it)."""
+    async def both() -> tuple[float, int]:
+        gc.collect()
+        own, _ = await _count(mgr, spirv, part, 0, data)
+        gc.collect()
+        held, wrong = await _count(mgr, spirv, part, in_flight, data)
+        return (held - own) / in_flight, wrong
+    return asyncio.run(both())
+
+
 def run(in_flight: int, count: int, rounds: int, device: int | None = None,
         data: tuple[list[np.ndarray], list[float], list[np.ndarray]] | None = None
         ) -> dict[str, Any]:
     data = data if data is not None else requests()
     spirv = scale_spirv()
     times: dict[str, list[float]] = {p: [] for p in PARTS}
+    held: dict[str, float] = {}
     wrong = 0
     with sg.Manager(device) as mgr:
         name = mgr.device.name
@@ -106,6 +157,9 @@ def run(in_flight: int, count: int, rounds: int, device: int | None = None,
                     us, bad = serve_part(mgr, spirv, part, in_flight, count, data)
                     times[label].append(us)
                     wrong += bad
+            for part, label in enumerate(PARTS):
+                held[label], bad = held_objects(mgr, spirv, part, in_flight, data)
+                wrong += bad
         finally:
             if was_on:
                 gc.enable()
@@ -113,11 +167,12 @@ def run(in_flight: int, count: int, rounds: int, device: int | None = None,
         after = mgr.live_objects(caches=False)
     medians = {p: statistics.median(v) for p, v in times.items()}
     rows = []
-    prev = 0.0
+    prev = prev_held = 0.0
     for p in PARTS:
         rows.append({"part": p, "us": medians[p], "added_us": medians[p] - prev,
-                     "rounds_us": times[p]})
-        prev = medians[p]
+                     "rounds_us": times[p], "held": held[p],
+                     "added_held": held[p] - prev_held})
+        prev, prev_held = medians[p], held[p]
     failures = []
     if wrong:
         failures.append(f"{wrong} result(s) differ from numpy's")
@@ -143,9 +198,11 @@ def main(argv: list[str] | None = None) -> int:
     out = run(a.in_flight, a.requests, a.rounds, a.device)
     print(f"a served request by part on {out['device']}, {a.in_flight} in flight, "
           f"{a.rounds} rounds of {a.requests:,} requests, the collector off, Python "
-          f"{out['python']}: the loop's CPU time a request (medians)")
+          f"{out['python']}: the loop's CPU time a request (medians), and the objects the "
+          "collector tracks that a request holds while it awaits")
     for r in out["parts"]:
-        print(f"{r['part']:10s} {r['us']:8.1f} us  (+{r['added_us']:.1f})")
+        print(f"{r['part']:10s} {r['us']:8.1f} us  (+{r['added_us']:.1f})  "
+              f"{r['held']:6.1f} objects held  (+{r['added_held']:.1f})")
     return report_failures(out, a.json)
 
 
