@@ -56,18 +56,25 @@ SPIN_PER_S = 1.5e9
 POLL_GAP_S = 20e-6
 
 
-def spin_after(took_s: float, cpu_device: bool) -> int:
+def spin_after(took_s: float, cpu_compute: bool) -> int:
     """The spin of a sequence's next wait, given its last run took `took_s` seconds from
-    submission to completion: 1.5 times that, between SPIN_NS and SPIN_MAX_NS. On a CPU
-    device (lavapipe) SPIN_NS: a spinning thread takes a core from the device itself."""
-    if cpu_device:
+    submission to completion: 1.5 times that, between SPIN_NS and SPIN_MAX_NS.
+    `cpu_compute`: the device is a CPU (lavapipe) and the sequence dispatches; then
+    SPIN_NS, as a spinning thread takes a core from the device's compute threads (saxpy
+    over 2^17 to 2^23 floats fell from 0.96-1.28 to 0.54-0.69 of the C loop with a longer
+    spin). A CPU device's copies and fills run on its one queue thread, so a sequence of
+    transfers only spins as on a GPU (lavapipe's round trips of 2 and 4 MiB went from
+    0.66 and 0.78 of the C poll loop to 1.01 and 0.97: its waits outlasted SPIN_NS and
+    blocked)."""
+    if cpu_compute:
         return SPIN_NS
     ns = int(took_s * SPIN_PER_S)
     return SPIN_NS if ns <= SPIN_NS else (ns if ns < SPIN_MAX_NS else SPIN_MAX_NS)
 # Sequence.eval()'s short path keeps the manager's lock through its wait, and finishes in
 # the same lock section, when the calling thread is the process's only Python thread (no
 # other thread can want the lock) and the sequence's last run was short (its spin at most
-# HOLD_SPIN_MAX_NS; on a CPU device every spin is SPIN_NS, so any run): one lock section
+# HOLD_SPIN_MAX_NS; a CPU device's dispatching sequence always spins SPIN_NS, so any
+# run of it): one lock section
 # instead of two and no waiter to register (on the H200 about 0.35 us of the 2 us of
 # Python a re-evaluation costs). Its wait takes HOLD_TIMEOUT_NS at most, its spin included;
 # a run not done by then is awaited as usual, the lock released.
@@ -157,7 +164,8 @@ class Engine(Validation):
         # with a barrier (other queues' writes made visible; see _record.py). Never reset.
         self.lead_all = False
         self.info: DeviceInfo = None  # type: ignore[assignment]
-        self.cpu_device = False  # info.type == "cpu" (lavapipe): waits spin SPIN_NS only
+        # info.type == "cpu" (lavapipe): waits for dispatches spin SPIN_NS only (spin_after)
+        self.cpu_device = False
         # The calling thread was the process's only Python thread when last checked (see
         # HOLD_SPIN_MAX_NS), and when to check again (a perf_counter time).
         self.alone = False

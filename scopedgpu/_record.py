@@ -78,6 +78,9 @@ class Recorder:
         # Fresh tensor handles touched by this recording, and whether any was zeroed.
         self.touched: list[Any] = []
         self.zeroed = False
+        # Whether it records a dispatch (on a CPU device, the device's compute threads
+        # then want every core: see _engine.spin_after).
+        self.computes = False
 
     def touch(self, th: Any, whole_write: bool) -> None:
         """First touch of a fresh device range (th: its tensor's handle, th.fresh true),
@@ -171,6 +174,7 @@ class Recorder:
     def dispatch(self, program: Any, dset: Any, push: bytes, workgroup: tuple[int, int, int]
                  ) -> None:
         x, y, z = workgroup
+        self.computes = True
         _vk.seq_dispatch(self.h, program, dset, push, len(push), x, y, z)
 
 
@@ -184,7 +188,7 @@ def record_commands(h: Any, ops: list[Any], timestamps: bool, owner: object,
     (once the manager has a sequence on another queue; on one queue, the closing barrier
     of every command buffer submitted before already orders the ops after it: see the
     module's docstring). `owner` (the sequence) names it in an error. Returns the
-    recorder (its `touched` and `zeroed`)."""
+    recorder (its `touched`, `zeroed` and `computes`)."""
     rc = _vk.seq_begin(h)
     if rc:
         _vk.check(rc, f"recording {owner!r}")

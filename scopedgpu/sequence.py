@@ -93,7 +93,8 @@ class Sequence(Child):
                  "_sub", "_h", "_ops", "_dirty", "_quick", "_running", "_gen", "_t_submit",
                  "_spin", "_zombie", "_inflight", "_indexed", "_timestamps", "_nts",
                  "_ts_due", "_objs", "_seen_destroys", "_pre_ops", "_copies",
-                 "_host_written", "_rec_inflight", "_touched", "_zeroes", "_sig", "__dict__")
+                 "_host_written", "_rec_inflight", "_touched", "_zeroes", "_sig", "_computes",
+                 "__dict__")
 
     def __init__(self, manager: object, engine: Engine, roots: Roots, name: str | None,
                  queue: int, timestamps: bool):
@@ -147,6 +148,7 @@ class Sequence(Child):
         # blocks (spin_after: from how long the last run took).
         self._t_submit = 0.0
         self._spin = SPIN_NS
+        self._computes = True    # its recording dispatches (see spin_after), until recorded
         self._zombie: Handle | None = None   # see destroy()
         self._inflight: frozenset[Handle] = frozenset()
         self._indexed: frozenset[Handle] = _EMPTY   # its entries in state.users
@@ -321,9 +323,9 @@ class Sequence(Child):
                         if not rc:
                             # spin_after(), _finish() and _retire() written out: on this
                             # path each Python call is some 5% of the evaluation's own
-                            # work. (On a CPU device the spin stays SPIN_NS; no
-                            # timestamps here.)
-                            if not state.cpu_device:
+                            # work. (On a CPU device a dispatching sequence's spin
+                            # stays SPIN_NS; no timestamps here.)
+                            if not (state.cpu_device and self._computes):
                                 ns = (_clock() - t) * SPIN_PER_S
                                 self._spin = (SPIN_NS if ns <= SPIN_NS else int(ns)
                                               if ns < SPIN_MAX_NS else SPIN_MAX_NS)
@@ -371,7 +373,8 @@ class Sequence(Child):
             if rc:   # not complete in one slice, or a failed wait: the general wait
                 self._await(state, sub, token, h, gen, None)
                 return self
-            self._spin = spin_after(_clock() - self._t_submit, state.cpu_device)
+            self._spin = spin_after(_clock() - self._t_submit,
+                                    state.cpu_device and self._computes)
             with state.lock:
                 sub.leave(state, token)
                 if self._gen == gen:   # not submitted again by another thread meanwhile
@@ -451,8 +454,12 @@ class Sequence(Child):
         if self._dirty:
             sig = self._sig
             if sig and sig == self._sub.sig and (self._sub.led or not state.lead_all):
-                # The command buffer already holds exactly these commands.
+                # The command buffer already holds exactly these commands (dispatches
+                # only: any other op makes the signature None).
                 self._rec_inflight = handles_of(self._objs)
+                if not self._computes:
+                    self._computes = True
+                    self._spin = SPIN_NS
                 self._dirty = False
             else:
                 self._record_commands()
@@ -549,7 +556,8 @@ class Sequence(Child):
         if rc == 0:
             # (Longer than the run when the wait began after its end: a longer spin, cut
             # short by the fence.)
-            self._spin = spin_after(_clock() - self._t_submit, state.cpu_device)
+            self._spin = spin_after(_clock() - self._t_submit,
+                                    state.cpu_device and self._computes)
             # The common case in one lock section (re-evaluation latency): leave, then
             # complete. Cut short, the caller's finally leaves and the sequence stays
             # running until the next wait or collect completes it.
@@ -664,6 +672,9 @@ class Sequence(Child):
         self._sub.led = lead
         self._touched = rec.touched or ()
         self._zeroes = rec.zeroed
+        if rec.computes != self._computes:
+            self._computes = rec.computes
+            self._spin = SPIN_NS   # the last run's spin was for other commands
         self._rec_inflight = handles_of(self._objs)
         # A command buffer that zeroes fresh tensors is for one submission: never reused.
         self._sub.sig = None if rec.zeroed else self._sig

@@ -383,8 +383,8 @@ def _readline(proc: subprocess.Popen, timeout: float) -> str:
 def test_a_wait_spins_as_long_as_the_last_run_took_within_bounds():
     """spin_after: a sequence's next wait polls its fence for 1.5 times its last run
     (a blocking wait's wake-up costs more than a short run's tail), at least SPIN_NS, at
-    most SPIN_MAX_NS; on a CPU device always SPIN_NS (a spinning thread takes a core from
-    the device itself)."""
+    most SPIN_MAX_NS; for a sequence that dispatches on a CPU device always SPIN_NS (a
+    spinning thread takes a core from the device's compute threads)."""
     from scopedgpu._engine import SPIN_MAX_NS, SPIN_NS, spin_after
     assert spin_after(0.0, False) == SPIN_NS
     assert spin_after(50e-6, False) == SPIN_NS
@@ -393,3 +393,46 @@ def test_a_wait_spins_as_long_as_the_last_run_took_within_bounds():
     assert spin_after(1.0, False) == SPIN_MAX_NS
     assert spin_after(1e-3, True) == spin_after(1.0, True) == SPIN_NS
     assert SPIN_NS < SPIN_MAX_NS <= 10_000_000
+
+
+def test_on_a_cpu_device_only_a_dispatching_sequence_keeps_the_shortest_spin(
+        mgr, glsl, monkeypatch):
+    """On a CPU device (lavapipe) a sequence that dispatches spins SPIN_NS whatever its
+    runs took (see the test above); one of copies only, which lavapipe runs on its one
+    queue thread, spins as on a GPU, 1.5 times its last run (its waits for round trips of
+    2 and 4 MiB outlasted SPIN_NS and blocked: 0.66 and 0.78 of the C poll loop). A
+    recording of the other kind starts again from SPIN_NS. The manager is a CPU device for
+    the test, whatever it runs on, and the sequences' clock says each run took 1 ms (a
+    real run's time, taken after the submit returns, may be nil when the submitting
+    thread lost its core meanwhile)."""
+    import itertools
+    from scopedgpu import sequence as sequence_module
+    from scopedgpu._engine import SPIN_MAX_NS, SPIN_NS
+    from tests.shaders import ADD_ONE
+    monkeypatch.setattr(mgr._state, "cpu_device", True)
+    ticks = itertools.count(1000.0, 1e-3)   # each reading 1 ms after the one before
+    monkeypatch.setattr(sequence_module, "_clock", lambda: next(ticks))
+    x = np.arange(1 << 21, dtype=np.float32)
+    with mgr.tensor(x) as t, mgr.algorithm([t], glsl(ADD_ONE)) as algo, \
+            mgr.sequence() as copies, mgr.sequence() as both:
+        copies.record(sg.OpTensorSyncDevice([t])).record(sg.OpTensorSyncLocal([t]))
+        both.record(sg.OpTensorSyncDevice([t])).record(sg.OpAlgoDispatch(algo))
+        both.record(sg.OpTensorSyncLocal([t]))
+        for i in range(3):
+            copies.eval()
+            np.testing.assert_array_equal(t.data(), x + i)
+            assert SPIN_NS < copies._spin <= SPIN_MAX_NS, copies._spin
+            both.eval()
+            np.testing.assert_array_equal(t.data(), x + i + 1)
+            assert both._spin == SPIN_NS
+        # Recorded again, each as the other kind: the spin starts over, then follows.
+        copies.clear()
+        copies.record(sg.OpAlgoDispatch(algo)).record(sg.OpTensorSyncLocal([t]))
+        both.clear()
+        both.record(sg.OpTensorSyncDevice([t])).record(sg.OpTensorSyncLocal([t]))
+        copies.eval()
+        np.testing.assert_array_equal(t.data(), x + 4)
+        assert copies._spin == SPIN_NS
+        both.eval()
+        np.testing.assert_array_equal(t.data(), x + 4)
+        assert SPIN_NS < both._spin <= SPIN_MAX_NS, both._spin
