@@ -150,7 +150,7 @@ class Sequence(Child):
         self._spin = SPIN_NS
         self._computes = True    # its recording dispatches (see spin_after), until recorded
         self._zombie: Handle | None = None   # see destroy()
-        self._inflight: frozenset[Handle] = frozenset()
+        self._inflight: frozenset[Handle] = _EMPTY
         self._indexed: frozenset[Handle] = _EMPTY   # its entries in state.users
         self._timestamps: list[int] | None = None
         self._nts = 0    # timestamps the command buffer writes (its last recording)
