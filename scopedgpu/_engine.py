@@ -63,9 +63,9 @@ def spin_after(took_s: float, cpu_compute: bool) -> int:
     SPIN_NS, as a spinning thread takes a core from the device's compute threads (saxpy
     over 2^17 to 2^23 floats fell from 0.96-1.28 to 0.54-0.69 of the C loop with a longer
     spin). A CPU device's copies and fills run on its one queue thread, so a sequence of
-    transfers only spins as on a GPU (lavapipe's round trips of 2 and 4 MiB went from
-    0.66 and 0.78 of the C poll loop to 1.01 and 0.97: its waits outlasted SPIN_NS and
-    blocked)."""
+    transfers only spins as on a GPU (the bench's round trips of 2 and 4 MiB on lavapipe,
+    whose waits outlasted SPIN_NS and blocked, went from 0.62-0.66 and 0.76 of the C
+    yardstick to 0.89-0.91 and 0.85-0.89)."""
     if cpu_compute:
         return SPIN_NS
     ns = int(took_s * SPIN_PER_S)
@@ -74,10 +74,10 @@ def spin_after(took_s: float, cpu_compute: bool) -> int:
 # the same lock section, when the calling thread is the process's only Python thread (no
 # other thread can want the lock) and the sequence's last run was short (its spin at most
 # HOLD_SPIN_MAX_NS; a CPU device's dispatching sequence always spins SPIN_NS, so any
-# run of it): one lock section
-# instead of two and no waiter to register (on the H200 about 0.35 us of the 2 us of
-# Python a re-evaluation costs). Its wait takes HOLD_TIMEOUT_NS at most, its spin included;
-# a run not done by then is awaited as usual, the lock released.
+# run of it): one lock section instead of two and no waiter to register (on the H200
+# about 0.35 us of the 2 us of Python a re-evaluation costs). Its wait takes
+# HOLD_TIMEOUT_NS at most, its spin included; a run not done by then is awaited as usual,
+# the lock released.
 # Whether the thread is alone is checked again every ALONE_RECHECK_S at most
 # (threading.active_count() takes a lock of its own): a thread started meanwhile waits
 # that long, and one run, for the lock at most.
