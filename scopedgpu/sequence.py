@@ -455,11 +455,9 @@ class Sequence(Child):
             sig = self._sig
             if sig and sig == self._sub.sig and (self._sub.led or not state.lead_all):
                 # The command buffer already holds exactly these commands (dispatches
-                # only: any other op makes the signature None).
+                # only: any other op makes the signature None, and a recording of other
+                # commands leaves the submission's None, so _computes is still True).
                 self._rec_inflight = handles_of(self._objs)
-                if not self._computes:
-                    self._computes = True
-                    self._spin = SPIN_NS
                 self._dirty = False
             else:
                 self._record_commands()
