@@ -104,8 +104,7 @@ async def serve_level(mgr: sg.Manager, spirv: bytes, concurrency: int, seconds: 
         try:
             y = await handler(mgr, spirv, xs[i % INPUTS], alphas[i % INPUTS])
             lat.append(clock() - t0)
-            if check and (y is None or y.shape != shape
-                          or y.tobytes() != want[i % INPUTS]):   # bit for bit
+            if check and differs(y, want[i % INPUTS], shape):
                 wrong.append(i)
         finally:
             gate.release()
@@ -144,6 +143,11 @@ async def serve_level(mgr: sg.Manager, spirv: bytes, concurrency: int, seconds: 
             "gc_collections": [b["collections"] - a["collections"]
                                for a, b in zip(stats0, gc.get_stats())],
             "gc_share": in_gc[0] / elapsed, "loop_cpu_us": cpu / count * 1e6}
+
+
+def differs(y: Any, want: bytes, shape: tuple[int, ...]) -> bool:
+    """Whether a served result is not numpy's answer (`want`: its bytes), bit for bit."""
+    return y is None or y.shape != shape or y.tobytes() != want
 
 
 def pct(sorted_values: list[float], p: float) -> float:

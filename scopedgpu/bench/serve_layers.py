@@ -47,7 +47,7 @@ import scopedgpu as sg
 from scopedgpu import aio
 
 from .common import report_failures, require_positive
-from .serve import requests, scale_spirv, serve_level
+from .serve import differs, requests, scale_spirv, serve_level
 
 PARTS = ("nothing", "tensors", "algorithm", "sequence", "eval")
 _EVAL = len(PARTS) - 1
@@ -112,7 +112,8 @@ async def _count(mgr: sg.Manager, spirv: bytes, part: int, n: int,
     wrong = 0
     for i, task in enumerate(tasks):
         y = await task
-        if part == _EVAL and (y is None or y.tobytes() != refs[i % len(refs)].tobytes()):
+        ref = refs[i % len(refs)]
+        if part == _EVAL and differs(y, ref.tobytes(), ref.shape):
             wrong += 1
     return seen[0] - base, wrong
 
