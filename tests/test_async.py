@@ -397,8 +397,6 @@ def test_a_loop_awaiting_long_work_sleeps_instead_of_spinning(mgr, glsl):
     import selectors
 
     class Counting(selectors.DefaultSelector):   # type: ignore[misc,valid-type]
-        calls = 0
-
         stamps: list[float] = []
 
         def select(self, timeout=None):
