@@ -22,7 +22,8 @@
 # JOBS (files at once, default 4), FILE_TIMEOUT (seconds a file, default 150),
 # SPLIT_TIMEOUT (seconds a part of a file run in parts, default 300),
 # SUITE_DEADLINE (seconds after which no file starts and running ones are cut, default 510;
-# 30 s later the script stops waiting: a unit still running is HUNG, see below),
+# SUITE_GRACE seconds later, default 30, the script stops waiting: a unit still running
+# is HUNG, see below),
 # SCOPEDGPU_SWEEP (default all: the interrupt and fault sweeps of tests/lifetime/ run
 # every point, where CI's two passes take half each; tests/lifetime/halves.py),
 # SUITE_LABEL (the code's name in the table; default: git's HEAD, which on the device
@@ -111,7 +112,7 @@ solo=(tests/fuzz/test_wild_corpus.py tests/fuzz/test_fuzz_spirv.py)
 # keeps the whole call from returning (calls that ran the suite on the device tool's
 # machines ended six times with "the device machine stopped answering", nothing back).
 # The test processes are the first the OOM killer takes, before the machine's own.
-hard=$(( deadline + 30 ))
+hard=$(( deadline + ${SUITE_GRACE:-30} ))
 launch() {
   local name
   name=$(echo "$1" | tr '/ :[]' '_____')
