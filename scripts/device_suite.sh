@@ -158,9 +158,13 @@ while IFS= read -r f; do
   printf '%s %s %s\n' 201 "$(( $(date +%s) - started ))" "$f" >"$logs/$name.rc"
   {
     echo "======== $f: still running $(( $(date +%s) - deadline )) s after the deadline (session $sid)"
-    ps -eo pid,sid,stat,wchan:40,etimes,args | awk -v s="$sid" 'NR == 1 || $2 == s' | cut -c1-250
-    for pid in $(ps -eo pid,sid | awk -v s="$sid" '$2 == s {print $1}'); do
-      echo "-- $pid: $(tr '\0' ' ' </proc/"$pid"/cmdline 2>/dev/null | cut -c1-200)"
+    for stat in /proc/[0-9]*/stat; do   # the session's processes (fields after "(comm) ")
+      read -r line <"$stat" 2>/dev/null || continue
+      set -- ${line##*) }   # state ppid pgrp session ...
+      [ "${4:-}" = "$sid" ] || continue
+      pid=${stat#/proc/}; pid=${pid%/stat}
+      echo "-- $pid, state $1, waiting in $(cat /proc/"$pid"/wchan 2>/dev/null):" \
+        "$(tr '\0' ' ' </proc/"$pid"/cmdline 2>/dev/null | cut -c1-200)"
       cat /proc/"$pid"/stack 2>/dev/null | head -25
     done
     echo "-- the log's end:"
