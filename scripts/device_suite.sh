@@ -113,6 +113,67 @@ solo=(tests/fuzz/test_wild_corpus.py tests/fuzz/test_fuzz_spirv.py)
 # machines ended six times with "the device machine stopped answering", nothing back).
 # The test processes are the first the OOM killer takes, before the machine's own.
 hard=$(( deadline + ${SUITE_GRACE:-30} ))
+# Memory: the machine's memory left to the suite is logged every 5 s with the suite's
+# largest process (device-suite-memory.txt), and when less than SUITE_MEMORY_FLOOR_MIB
+# (default 8,192) is left, the suite's largest process is killed (its unit fails, named
+# in that file): a container's OOM kill may end every process in it, the device tool's
+# own agent too, and the call then returns nothing.
+memlog=$out/device-suite-memory.txt
+: >"$memlog"
+avail_kb() {   # memory left: the container's cgroup limit where it has one, else the host's
+  local f max cur inactive
+  for f in /sys/fs/cgroup/memory.max:/sys/fs/cgroup/memory.current:inactive_file \
+           /sys/fs/cgroup/memory/memory.limit_in_bytes:/sys/fs/cgroup/memory/memory.usage_in_bytes:total_inactive_file; do
+    IFS=: read -r max cur inactive <<<"$f"
+    [ -r "$max" ] && [ -r "$cur" ] || continue
+    max=$(cat "$max"); cur=$(cat "$cur")
+    case $max in max|9223372036854*|'') continue ;; esac
+    inactive=$(awk -v k="$inactive" '$1 == k {print $2}' "$(dirname "$cur")/memory.stat" 2>/dev/null)
+    echo $(( (max - cur + ${inactive:-0}) / 1024 ))
+    return
+  done
+  awk '$1 == "MemAvailable:" {print $2}' /proc/meminfo
+}
+biggest() {    # "RSS_KB PID UNIT" of the suite's largest process (its units' sessions)
+  local sidf sid stat line pid rss best=0 bpid=0 bunit=-
+  declare -A unit
+  for sidf in "$logs"/*.sid; do
+    [ -e "$sidf" ] && [ ! -e "${sidf%.sid}.rc" ] && unit[$(cat "$sidf")]=$(basename "${sidf%.sid}")
+  done
+  for stat in /proc/[0-9]*/stat; do
+    read -r line <"$stat" 2>/dev/null || continue
+    set -- ${line##*) }
+    sid=${4:-}
+    [ -n "$sid" ] && [ -n "${unit[$sid]:-}" ] || continue
+    pid=${stat#/proc/}; pid=${pid%/stat}
+    rss=$(awk '{print $2 * 4}' /proc/"$pid"/statm 2>/dev/null)
+    if [ "${rss:-0}" -gt "$best" ]; then best=$rss bpid=$pid bunit=${unit[$sid]}; fi
+  done
+  echo "$best $bpid $bunit"
+}
+memguard() {
+  local floor=$(( ${SUITE_MEMORY_FLOOR_MIB:-8192} * 1024 )) t=0 left low=-1 big
+  while true; do
+    left=$(avail_kb)
+    { [ "$low" -lt 0 ] || [ "${left:-0}" -lt "$low" ]; } && low=${left:-0}
+    if [ "${left:-$floor}" -lt "$floor" ]; then
+      big=$(biggest)
+      set -- $big
+      if [ "$1" -gt 0 ]; then
+        kill -9 "$2" 2>/dev/null
+        echo "$(date -u +%T) KILLED pid $2 of $3 ($(( $1 / 1024 )) MiB): $(( left / 1024 )) MiB left" >>"$memlog"
+      fi
+    fi
+    if [ $(( t % 5 )) = 0 ]; then
+      big=$(biggest)
+      echo "$(date -u +%T) left $(( ${left:-0} / 1024 )) MiB (lowest $(( low / 1024 ))); largest: $big" >>"$memlog"
+    fi
+    t=$(( t + 1 ))
+    sleep 1
+  done
+}
+memguard &
+memguard_pid=$!
 launch() {
   local name
   name=$(echo "$1" | tr '/ :[]' '_____')
@@ -143,6 +204,8 @@ echo "$files" | grep -vxF -e "${solo[0]}" -e "${solo[1]}" \
 for f in "${solo[@]}"; do
   if echo "$files" | grep -qxF "$f"; then echo "$f" | schedule 1; fi
 done
+kill "$memguard_pid" 2>/dev/null
+wait "$memguard_pid" 2>/dev/null
 hung=$out/device-suite-hung.txt
 : >"$hung"
 while IFS= read -r f; do
@@ -193,6 +256,9 @@ table=$out/device-suite.txt
       201) status="HUNG (not killable at the deadline: device-suite-hung.txt)"; bad=1 ;;
       *) status="FAIL (rc $rc)"; bad=1 ;;
     esac
+    if grep -qF " of $(basename "${rcfile%.rc}") (" "$memlog"; then
+      status="KILLED (too little memory left: device-suite-memory.txt)"; bad=1
+    fi
     printf '%-52s %7s %7s %7s %7s %7s  %s\n' "$(echo "$f" | sed -E 's/ --deselect .*/ (rest)/')" \
       "$p" "$fl" "$s" "$e" "$secs" "$status"
     total_p=$((total_p + p)); total_f=$((total_f + fl)); total_s=$((total_s + s)); total_e=$((total_e + e))
@@ -200,6 +266,11 @@ table=$out/device-suite.txt
   printf '%-52s %7s %7s %7s %7s\n' total "$total_p" "$total_f" "$total_s" "$total_e"
   echo "skips:"
   grep -h '^SKIPPED' "$logs"/*.log | sed -E 's/^SKIPPED \[[0-9]+\] /  /' | sort | uniq -c | sort -rn
+  echo "memory (device-suite-memory.txt): $(grep -v KILLED "$memlog" | tail -n 1 | cut -d' ' -f2-)"
+  if grep -q KILLED "$memlog"; then
+    bad=1
+    grep KILLED "$memlog" | sed 's/^/  /'
+  fi
   exit $bad
 ) >"$table"
 bad=$?
