@@ -23,7 +23,8 @@
 # SPLIT_TIMEOUT (seconds a part of a file run in parts, default 300),
 # SUITE_DEADLINE (seconds after which no file starts and running ones are cut, default 510;
 # SUITE_GRACE seconds later, default 30, the script stops waiting: a unit still running
-# is HUNG, see below),
+# is HUNG, see below), SUITE_MEMORY_FLOOR_MIB (default 8192: the suite's largest process
+# is killed when less memory than this is left, see below),
 # SCOPEDGPU_SWEEP (default all: the interrupt and fault sweeps of tests/lifetime/ run
 # every point, where CI's two passes take half each; tests/lifetime/halves.py),
 # SUITE_LABEL (the code's name in the table; default: git's HEAD, which on the device
