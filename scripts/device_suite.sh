@@ -175,6 +175,7 @@ memguard() {
 }
 memguard &
 memguard_pid=$!
+trap 'kill "$memguard_pid" 2>/dev/null' EXIT
 launch() {
   local name
   name=$(echo "$1" | tr '/ :[]' '_____')
