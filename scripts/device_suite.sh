@@ -142,7 +142,7 @@ biggest() {    # "RSS_KB PID UNIT" of the suite's largest process (its units' se
     [ -e "$sidf" ] && [ ! -e "${sidf%.sid}.rc" ] && unit[$(cat "$sidf")]=$(basename "${sidf%.sid}")
   done
   for stat in /proc/[0-9]*/stat; do
-    read -r line <"$stat" 2>/dev/null || continue
+    { read -r line <"$stat"; } 2>/dev/null || continue
     set -- ${line##*) }
     sid=${4:-}
     [ -n "$sid" ] && [ -n "${unit[$sid]:-}" ] || continue
@@ -224,7 +224,7 @@ while IFS= read -r f; do
   {
     echo "======== $f: still running $(( $(date +%s) - deadline )) s after the deadline (session $sid)"
     for stat in /proc/[0-9]*/stat; do   # the session's processes (fields after "(comm) ")
-      read -r line <"$stat" 2>/dev/null || continue
+      { read -r line <"$stat"; } 2>/dev/null || continue
       set -- ${line##*) }   # state ppid pgrp session ...
       [ "${4:-}" = "$sid" ] || continue
       pid=${stat#/proc/}; pid=${pid%/stat}
