@@ -59,15 +59,21 @@ if ! "$py" -c 'import scopedgpu._sg' 2>/dev/null; then
 fi
 "$py" -c 'import scopedgpu as sg; d = sg.devices(); print("device_suite:", [x.name for x in d])'
 
+unit_name() {   # a unit's name in the logs' folder
+  echo "$1" | tr '/ :[]' '_____'
+}
+not_started() {   # unit name
+  echo "not started: the suite's deadline had passed" >"$logs/$2.log"
+  printf '%s %s %s\n' 200 0 "$1" >"$logs/$2.rc"
+}
 run_one() {
   # A unit is a test file, or pytest arguments naming part of one (the parts below).
   local f=$1 name start rc left
-  name=$(echo "$f" | tr '/ :[]' '_____')
+  name=$(unit_name "$f")
   start=$(date +%s.%N)
   left=$(( deadline - $(date +%s) ))
   if [ "$left" -lt 10 ]; then
-    echo "not started: the suite's deadline had passed" >"$logs/$name.log"
-    printf '%s %s %s\n' 200 0 "$f" >"$logs/$name.rc"
+    not_started "$f" "$name"
     return
   fi
   local cap=$limit
@@ -80,7 +86,7 @@ run_one() {
   set +f
   printf '%s %s %s\n' "$rc" "$(awk "BEGIN {printf \"%.1f\", $(date +%s.%N) - $start}")" "$f" >"$logs/$name.rc"
 }
-export -f run_one
+export -f run_one unit_name not_started
 deadline=$(( $(date +%s) + ${SUITE_DEADLINE:-510} ))
 split_limit=${SPLIT_TIMEOUT:-300}
 export py limit logs deadline split_limit
@@ -135,21 +141,30 @@ avail_kb() {   # memory left: the container's cgroup limit where it has one, els
   done
   awk '$1 == "MemAvailable:" {print $2}' /proc/meminfo
 }
-biggest() {    # "RSS_KB PID UNIT" of the suite's largest process (its units' sessions)
-  local sidf sid stat line pid rss best=0 bpid=0 bunit=-
-  declare -A unit
-  for sidf in "$logs"/*.sid; do
-    [ -e "$sidf" ] && [ ! -e "${sidf%.sid}.rc" ] && unit[$(cat "$sidf")]=$(basename "${sidf%.sid}")
+live_units() {   # "SID NAME" of each unit started and not ended
+  local s
+  for s in "$logs"/*.sid; do
+    [ -e "$s" ] && [ ! -e "${s%.sid}.rc" ] && echo "$(cat "$s") $(basename "${s%.sid}")"
   done
+}
+processes() {    # "PID STATE SESSION" of every process (/proc/PID/stat after "(comm) ")
+  local stat line
   for stat in /proc/[0-9]*/stat; do
     { read -r line <"$stat"; } 2>/dev/null || continue
-    set -- ${line##*) }
-    sid=${4:-}
+    set -- ${line##*) }   # state ppid pgrp session ...
+    stat=${stat#/proc/}
+    echo "${stat%/stat} $1 ${4:-}"
+  done
+}
+biggest() {    # "RSS_KB PID UNIT" of the suite's largest process (its units' sessions)
+  local sid name pid state rss best=0 bpid=0 bunit=-
+  declare -A unit
+  while read -r sid name; do unit[$sid]=$name; done < <(live_units)
+  while read -r pid state sid; do
     [ -n "$sid" ] && [ -n "${unit[$sid]:-}" ] || continue
-    pid=${stat#/proc/}; pid=${pid%/stat}
     rss=$(awk '{print $2 * 4}' /proc/"$pid"/statm 2>/dev/null)
     if [ "${rss:-0}" -gt "$best" ]; then best=$rss bpid=$pid bunit=${unit[$sid]}; fi
-  done
+  done < <(processes)
   echo "$best $bpid $bunit"
 }
 memguard() {
@@ -178,17 +193,13 @@ memguard_pid=$!
 trap 'kill "$memguard_pid" 2>/dev/null' EXIT
 launch() {
   local name
-  name=$(echo "$1" | tr '/ :[]' '_____')
+  name=$(unit_name "$1")
   setsid bash -c 'echo 1000 >/proc/self/oom_score_adj 2>/dev/null; run_one "$1"' _ "$1" \
     </dev/null >/dev/null 2>&1 &
   echo "$!" >"$logs/$name.sid"
 }
 running() {
-  local n=0 s
-  for s in "$logs"/*.sid; do
-    [ -e "$s" ] && [ ! -e "${s%.sid}.rc" ] && n=$((n + 1))
-  done
-  echo "$n"
+  live_units | wc -l
 }
 schedule() {   # at most $1 units at once, the units on stdin
   local f
@@ -212,26 +223,22 @@ hung=$out/device-suite-hung.txt
 : >"$hung"
 while IFS= read -r f; do
   [ -n "$f" ] || continue
-  name=$(echo "$f" | tr '/ :[]' '_____')
+  name=$(unit_name "$f")
   [ -e "$logs/$name.rc" ] && continue
   if [ ! -e "$logs/$name.sid" ]; then
-    echo "not started: the suite's deadline had passed" >"$logs/$name.log"
-    printf '%s %s %s\n' 200 0 "$f" >"$logs/$name.rc"
+    not_started "$f" "$name"
     continue
   fi
   sid=$(cat "$logs/$name.sid")
   printf '%s %s %s\n' 201 "$(( $(date +%s) - started ))" "$f" >"$logs/$name.rc"
   {
     echo "======== $f: still running $(( $(date +%s) - deadline )) s after the deadline (session $sid)"
-    for stat in /proc/[0-9]*/stat; do   # the session's processes (fields after "(comm) ")
-      { read -r line <"$stat"; } 2>/dev/null || continue
-      set -- ${line##*) }   # state ppid pgrp session ...
-      [ "${4:-}" = "$sid" ] || continue
-      pid=${stat#/proc/}; pid=${pid%/stat}
-      echo "-- $pid, state $1, waiting in $(cat /proc/"$pid"/wchan 2>/dev/null):" \
+    while read -r pid state session; do   # the unit's processes
+      [ "$session" = "$sid" ] || continue
+      echo "-- $pid, state $state, waiting in $(cat /proc/"$pid"/wchan 2>/dev/null):" \
         "$(tr '\0' ' ' </proc/"$pid"/cmdline 2>/dev/null | cut -c1-200)"
       cat /proc/"$pid"/stack 2>/dev/null | head -25
-    done
+    done < <(processes)
     echo "-- the log's end:"
     tail -n 15 "$logs/$name.log"
   } >>"$hung" 2>&1
