@@ -5,6 +5,8 @@
 # is no glslc, no validation layer and no dask: tests that need them skip with a reason.
 #
 #   source .gl/setup.sh && bash scripts/device_suite.sh [FILE ...]   # on the device machine
+#   SUITE_DETACH=90 bash scripts/device_suite.sh [FILE ...]; then, in calls that follow,
+#   SUITE_WATCH=90 bash scripts/device_suite.sh --watch   # the suite runs on between calls
 #
 # Carry the compiled shaders and the compile cache with the tree: scopedgpu/shaders (built
 # here by bootstrap.sh) and .sgcache (fill it here: SCOPEDGPU_CACHE_DIR=$PWD/.sgcache
@@ -36,6 +38,72 @@ cd "$(dirname "$0")/.."
 py=${PYTHON:-python3}
 jobs=${JOBS:-4}
 limit=${FILE_TIMEOUT:-150}
+# Detached (SUITE_DETACH=SECONDS): the suite runs on by itself in a process session of its
+# own, and the call returns after SECONDS (or when the suite ends, if sooner) with its
+# progress in $OUT; `bash scripts/device_suite.sh --watch` (SUITE_WATCH=SECONDS, default
+# 60) in a later call on the same warm machine returns its progress again, and, once the
+# suite has ended, its table and logs, with the suite's exit status (3: still running).
+# On the device tool's machines, which return nothing from a call that never ends, a
+# machine that stops answering then costs the one short call it happened in, and the
+# calls before it have said which tests were running and how memory and the kernel's log
+# stood.
+run=build/device-suite/detached
+watch_run() {   # seconds
+  local until=$(( $(date +%s) + $1 )) dest=${SUITE_OUT:-${OUT:-build/device-suite}}
+  [ -e "$run/started" ] || { echo "device_suite: no detached run on this machine"; return 2; }
+  mkdir -p "$dest"
+  while [ ! -e "$run/rc" ] && [ "$(date +%s)" -lt "$until" ]; do sleep 1; done
+  progress >"$dest/device-suite-progress.txt"
+  if [ -e "$run/rc" ]; then
+    cp "$run"/out/device-suite* "$dest"/ 2>/dev/null
+    cat "$run/log"
+    return "$(cat "$run/rc")"
+  fi
+  cat "$dest/device-suite-progress.txt"
+  return 3
+}
+progress() {   # the detached run as it stands: units ended, units running, memory, kernel
+  local f rc secs unit name
+  echo "device suite, detached: $(( $(date +%s) - $(cat "$run/started") )) s in, $(date -u +%T) UTC;" \
+    "$( [ -e "$run/rc" ] && echo "ended, exit status $(cat "$run/rc")" || echo running)"
+  echo "-- ended (exit status, seconds, unit, pytest's last line):"
+  for f in build/device-suite/files/*.rc; do
+    [ -e "$f" ] || continue
+    read -r rc secs unit <"$f"
+    echo "$rc $secs $unit: $(grep -E '^=+ .*(passed|failed|error|skipped|no tests ran)' "${f%.rc}.log" | tail -1)"
+  done
+  echo "-- running (unit, its log's last line: with pytest -v, the test running):"
+  for f in build/device-suite/files/*.sid; do
+    [ -e "$f" ] && [ ! -e "${f%.sid}.rc" ] || continue
+    name=$(basename "${f%.sid}")
+    echo "$name: $(tail -n 1 "${f%.sid}.log" 2>/dev/null | cut -c1-200)"
+  done
+  echo "-- memory (the last lines of device-suite-memory.txt):"
+  tail -n 3 "$run/out/device-suite-memory.txt" 2>/dev/null
+  echo "-- load: $(cat /proc/loadavg)"
+  echo "-- the kernel's log, last lines:"
+  dmesg 2>/dev/null | tail -n 15
+  echo "-- the runner's output, last lines:"
+  tail -n 5 "$run/log"
+}
+if [ "${1:-}" = --watch ]; then
+  watch_run "${SUITE_WATCH:-60}"
+  exit $?
+fi
+if [ -n "${SUITE_DETACH:-}" ] && [ -z "${SUITE_DETACHED:-}" ]; then
+  if [ -e "$run/started" ] && [ ! -e "$run/rc" ]; then
+    echo "device_suite: a detached run is still running here: --watch it"
+    exit 2
+  fi
+  rm -rf "$run" build/device-suite/files   # (no unit of an earlier run in the progress)
+  mkdir -p "$run"
+  date +%s >"$run/started"
+  SUITE_DETACHED=1 SUITE_OUT=$run/out setsid bash -c \
+    'bash scripts/device_suite.sh "$@" >"'"$run"'/log" 2>&1; echo $? >"'"$run"'/rc.tmp"; mv "'"$run"'/rc.tmp" "'"$run"'/rc"' \
+    _ "$@" </dev/null >/dev/null 2>&1 &
+  watch_run "$SUITE_DETACH"
+  exit $?
+fi
 out=${SUITE_OUT:-${OUT:-build/device-suite}}
 mkdir -p "$out" build/device-suite/files
 logs=build/device-suite/files

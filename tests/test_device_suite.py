@@ -5,7 +5,8 @@ after its deadline and reports such a unit HUNG with its processes, and the unit
 no slot for as not run; a unit's process is killed when the machine's memory left falls
 under SUITE_MEMORY_FLOOR_MIB. Before, the script waited on every unit until the call's
 limit (six calls that ran the suite on those machines ended with "the device machine
-stopped answering", nothing back; docs/benchmarks.md)."""
+stopped answering", nothing back; docs/benchmarks.md). Detached (SUITE_DETACH), the suite
+runs on after the call, which returns its progress, as does each `--watch` after it."""
 from __future__ import annotations
 
 import os
@@ -100,3 +101,51 @@ def test_a_unit_is_killed_when_the_memory_left_falls_under_the_floor(tmp_path):
               .splitlines() if "KILLED" in line]
     assert killed and "of tests_test_a_big.py" in killed[0], killed
     assert "KILLED pid" in out, out
+
+
+def test_a_detached_suite_runs_on_after_the_call_and_is_watched_to_its_end(tmp_path):
+    """SUITE_DETACH: the call returns within its seconds while a unit still runs (exit
+    status 3, the unit and the test it is in named in the progress file); a second detached
+    start is refused while it runs; `--watch` returns once the suite has ended, with the
+    suite's exit status and its table. Before, the script ran the suite to its end within
+    the call, whatever SUITE_DETACH said (on the device tool's machines, a call that never
+    returns, because the machine stopped answering, brings nothing back)."""
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(Path(ROOT) / "scripts" / "device_suite.sh", tmp_path / "scripts")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_slow.py").write_text(
+        "import time\n\ndef test_slowly():\n    time.sleep(8)\n    assert sum(range(4)) == 6\n")
+    env = source_env(PYTHON=sys.executable, SUITE_LABEL="test", FILE_TIMEOUT="60",
+                     SUITE_DEADLINE="60", SUITE_DETACH="2", OUT=str(tmp_path / "out1"))
+    env.pop("SUITE_OUT", None)
+
+    def script(*args: str, **more: str) -> tuple[subprocess.CompletedProcess, float]:
+        start = time.monotonic()
+        res = subprocess.run(["bash", "scripts/device_suite.sh", *args], cwd=tmp_path,
+                             env={**env, **more}, capture_output=True, text=True, timeout=90)
+        return res, time.monotonic() - start
+
+    try:
+        first, took = script("tests/test_slow.py")
+        assert first.returncode == 3, (first.returncode, first.stdout, first.stderr)
+        assert took < 6, f"{took:.1f} s\n{first.stdout}"     # not the test's 8 s
+        progress = (tmp_path / "out1" / "device-suite-progress.txt").read_text()
+        running = progress.split("-- running")[1].split("-- memory")[0]
+        assert "tests/test_slow.py::test_slowly" in running, progress
+        again, _ = script("tests/test_slow.py")
+        assert again.returncode == 2 and "still running" in again.stdout, again.stdout
+        watched, took = script("--watch", SUITE_WATCH="60", OUT=str(tmp_path / "out2"))
+        assert watched.returncode == 0, (watched.returncode, watched.stdout, watched.stderr)
+        rows = [line.split() for line in watched.stdout.splitlines()
+                if line.startswith("tests/test_slow.py")]
+        assert rows and rows[0][1:5] == ["1", "0", "0", "0"] and rows[0][6] == "ok", \
+            watched.stdout
+        table = (tmp_path / "out2" / "device-suite.txt").read_text()
+        assert "tests/test_slow.py" in table and " ok" in table, table
+        ended = (tmp_path / "out2" / "device-suite-progress.txt").read_text()
+        assert "ended, exit status 0" in ended and "1 passed" in ended, ended
+    finally:
+        rc = tmp_path / "build" / "device-suite" / "detached" / "rc"
+        deadline = time.monotonic() + 30
+        while not rc.exists() and time.monotonic() < deadline:   # never leave it behind
+            time.sleep(0.5)
