@@ -32,7 +32,8 @@
 # SUITE_LABEL (the code's name in the table; default: git's HEAD, which on the device
 # tool's machine is the commit its copy of .git has, not necessarily the tree sent),
 # SUITE_OUT (where the logs go; default $OUT where set, else build/device-suite).
-# Exit status: 0 when every file passed (skips allowed), 1 otherwise.
+# Exit status: 0 when every file passed (skips allowed), 1 otherwise; detached (below), 3
+# while the suite still runs, 2 when there is no run to watch or a run still runs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 py=${PYTHON:-python3}
