@@ -4,9 +4,11 @@ machine's memory costs that unit only. The script stops waiting SUITE_GRACE seco
 after its deadline and reports such a unit HUNG with its processes, and the units it had
 no slot for as not run; a unit's process is killed when the machine's memory left falls
 under SUITE_MEMORY_FLOOR_MIB. Before, the script waited on every unit until the call's
-limit (six calls that ran the suite on those machines ended with "the device machine
-stopped answering", nothing back; docs/benchmarks.md). Detached (SUITE_DETACH), the suite
-runs on after the call, which returns its progress, as does each `--watch` after it."""
+limit, which then came back timed out without the table. Detached (SUITE_DETACH), the suite
+runs on after the call, which returns its progress, as does each `--watch` after it: a
+machine that stops answering (seven calls that ran the suite on those machines ended so,
+nothing back; docs/benchmarks.md) then costs one short call, and the calls before it have
+said what ran."""
 from __future__ import annotations
 
 import os
