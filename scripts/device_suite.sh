@@ -49,6 +49,16 @@ limit=${FILE_TIMEOUT:-150}
 # calls before it have said which tests were running and how memory and the kernel's log
 # stood.
 run=build/device-suite/detached
+logs=build/device-suite/files   # each unit's log, exit status (.rc) and session (.sid)
+live_units() {   # "SID NAME" of each unit started and not ended
+  local s
+  for s in "$logs"/*.sid; do
+    [ -e "$s" ] && [ ! -e "${s%.sid}.rc" ] && echo "$(cat "$s") $(basename "${s%.sid}")"
+  done
+}
+summary() {   # pytest's summary line in a unit's log
+  grep -E '^(=+ )?[0-9]+ (passed|failed|skipped|error)|no tests ran' "$1" | tail -1
+}
 watch_run() {   # seconds
   local until=$(( $(date +%s) + $1 )) dest=${SUITE_OUT:-${OUT:-build/device-suite}}
   [ -e "$run/started" ] || { echo "device_suite: no detached run on this machine"; return 2; }
@@ -64,21 +74,19 @@ watch_run() {   # seconds
   return 3
 }
 progress() {   # the detached run as it stands: units ended, units running, memory, kernel
-  local f rc secs unit name
+  local f rc secs unit sid name
   echo "device suite, detached: $(( $(date +%s) - $(cat "$run/started") )) s in, $(date -u +%T) UTC;" \
     "$( [ -e "$run/rc" ] && echo "ended, exit status $(cat "$run/rc")" || echo running)"
   echo "-- ended (exit status, seconds, unit, pytest's last line):"
-  for f in build/device-suite/files/*.rc; do
+  for f in "$logs"/*.rc; do
     [ -e "$f" ] || continue
     read -r rc secs unit <"$f"
-    echo "$rc $secs $unit: $(grep -E '^=+ .*(passed|failed|error|skipped|no tests ran)' "${f%.rc}.log" | tail -1)"
+    echo "$rc $secs $unit: $(summary "${f%.rc}.log")"
   done
   echo "-- running (unit, its log's last line: with pytest -v, the test running):"
-  for f in build/device-suite/files/*.sid; do
-    [ -e "$f" ] && [ ! -e "${f%.sid}.rc" ] || continue
-    name=$(basename "${f%.sid}")
-    echo "$name: $(tail -n 1 "${f%.sid}.log" 2>/dev/null | cut -c1-200)"
-  done
+  while read -r sid name; do
+    echo "$name: $(tail -n 1 "$logs/$name.log" 2>/dev/null | cut -c1-200)"
+  done < <(live_units)
   echo "-- memory (the last lines of device-suite-memory.txt):"
   tail -n 3 "$run/out/device-suite-memory.txt" 2>/dev/null
   echo "-- load: $(cat /proc/loadavg)"
@@ -96,7 +104,7 @@ if [ -n "${SUITE_DETACH:-}" ] && [ -z "${SUITE_DETACHED:-}" ]; then
     echo "device_suite: a detached run is still running here: --watch it"
     exit 2
   fi
-  rm -rf "$run" build/device-suite/files   # (no unit of an earlier run in the progress)
+  rm -rf "$run" "$logs"   # (no unit of an earlier run in the progress)
   mkdir -p "$run"
   date +%s >"$run/started"
   SUITE_DETACHED=1 SUITE_OUT=$run/out setsid bash -c \
@@ -106,8 +114,7 @@ if [ -n "${SUITE_DETACH:-}" ] && [ -z "${SUITE_DETACHED:-}" ]; then
   exit $?
 fi
 out=${SUITE_OUT:-${OUT:-build/device-suite}}
-mkdir -p "$out" build/device-suite/files
-logs=build/device-suite/files
+mkdir -p "$out" "$logs"
 rm -f "$logs"/*
 export SCOPEDGPU_QUEUES=${SCOPEDGPU_QUEUES-1}
 # No validation layer here, so no second pass: the sweeps run every point.
@@ -209,12 +216,6 @@ avail_kb() {   # memory left: the container's cgroup limit where it has one, els
     return
   done
   awk '$1 == "MemAvailable:" {print $2}' /proc/meminfo
-}
-live_units() {   # "SID NAME" of each unit started and not ended
-  local s
-  for s in "$logs"/*.sid; do
-    [ -e "$s" ] && [ ! -e "${s%.sid}.rc" ] && echo "$(cat "$s") $(basename "${s%.sid}")"
-  done
 }
 processes() {    # "PID STATE SESSION" of every process (/proc/PID/stat after "(comm) ")
   local stat line
@@ -321,7 +322,7 @@ table=$out/device-suite.txt
   for rcfile in "$logs"/*.rc; do
     read -r rc secs f <"$rcfile"
     log=${rcfile%.rc}.log
-    last=$(grep -E '^(=+ )?[0-9]+ (passed|failed|skipped|error)|no tests ran' "$log" | tail -1)
+    last=$(summary "$log")
     p=$(echo "$last" | grep -oE '[0-9]+ passed' | cut -d' ' -f1); p=${p:-0}
     fl=$(echo "$last" | grep -oE '[0-9]+ failed' | cut -d' ' -f1); fl=${fl:-0}
     s=$(echo "$last" | grep -oE '[0-9]+ skipped' | cut -d' ' -f1); s=${s:-0}
