@@ -31,15 +31,20 @@ exec {real} "$@"
 """
 
 
-def run_suite(tmp_path: Path, tests: dict[str, str], **settings: str
-              ) -> tuple[subprocess.CompletedProcess, float, dict[str, list[str]]]:
-    """device_suite.sh on the test files `tests` (name: body) in a tree of its own under
-    tmp_path; returns the run, its seconds and the table's rows by file."""
+def make_tree(tmp_path: Path, tests: dict[str, str]) -> None:
+    """The script and the test files `tests` (name: body) in a tree of its own."""
     (tmp_path / "scripts").mkdir()
     shutil.copy(Path(ROOT) / "scripts" / "device_suite.sh", tmp_path / "scripts")
     (tmp_path / "tests").mkdir()
     for name, body in tests.items():
         (tmp_path / "tests" / f"test_{name}.py").write_text(body)
+
+
+def run_suite(tmp_path: Path, tests: dict[str, str], **settings: str
+              ) -> tuple[subprocess.CompletedProcess, float, dict[str, list[str]]]:
+    """device_suite.sh on the test files `tests` (name: body) in a tree of its own under
+    tmp_path; returns the run, its seconds and the table's rows by file."""
+    make_tree(tmp_path, tests)
     fake = tmp_path / "fakebin"
     fake.mkdir()
     real = shutil.which("timeout")
@@ -112,11 +117,8 @@ def test_a_detached_suite_runs_on_after_the_call_and_is_watched_to_its_end(tmp_p
     suite's exit status and its table. Before, the script ran the suite to its end within
     the call, whatever SUITE_DETACH said (on the device tool's machines, a call that never
     returns, because the machine stopped answering, brings nothing back)."""
-    (tmp_path / "scripts").mkdir()
-    shutil.copy(Path(ROOT) / "scripts" / "device_suite.sh", tmp_path / "scripts")
-    (tmp_path / "tests").mkdir()
-    (tmp_path / "tests" / "test_slow.py").write_text(
-        "import time\n\ndef test_slowly():\n    time.sleep(20)\n    assert sum(range(4)) == 6\n")
+    make_tree(tmp_path, {"slow": "import time\n\ndef test_slowly():\n    time.sleep(20)\n"
+                                 "    assert sum(range(4)) == 6\n"})
     env = source_env(PYTHON=sys.executable, SUITE_LABEL="test", FILE_TIMEOUT="60",
                      SUITE_DEADLINE="60", SUITE_DETACH="6", OUT=str(tmp_path / "out1"))
     env.pop("SUITE_OUT", None)
