@@ -141,6 +141,15 @@ def test_bench_quick_serves_and_chains_against_c(quick_run):
         assert len(r["rounds_per_s"]) == serve_mod.ROUNDS and min(r["rounds_per_s"]) > 0, r
         assert r["per_s"] == statistics.median(r["rounds_per_s"]) == figs[f"serve_{c}"]["value"]
     assert f"serve, round {serve_mod.ROUNDS} of {serve_mod.ROUNDS}: " in res.stderr   # (progress)
+    # The hypervisor's share of the CPU time (steal) over the run and in each serve round,
+    # from /proc/stat, which every machine the suite runs on has (Linux).
+    steal = data["meta"]["cpu_steal_share"]
+    assert number(steal) and 0 <= steal <= 1, steal
+    assert f"host: its hypervisor took {steal:.1%} of the CPU time" in res.stdout
+    for r in serve["levels"]:
+        assert len(r["rounds_steal_share"]) == serve_mod.ROUNDS, r
+        assert all(number(v) and 0 <= v <= 1 for v in r["rounds_steal_share"]), r
+    assert "% in its rounds" in res.stdout
     for r in serve["levels"] + [serve["gc_tuned"]]:     # the collector's share of each level
         assert len(r["gc_collections"]) == 3 and 0 <= r["gc_share"] < 1, r
         assert 0 < r["loop_cpu_us"] <= r["seconds"] / r["requests"] * 1e6 * 1.05, r
@@ -182,6 +191,27 @@ def test_bench_quick_serves_and_chains_against_c(quick_run):
 
 
 PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def test_steal_share_reads_proc_stat_lines(tmp_path):
+    """cpu_ticks() reads (busy, steal) from /proc/stat's first line, guest time left in
+    user and nice; steal_share() is the stolen part of the time the CPUs wanted between two
+    readings. A missing or foreign file gives None, and so does the share."""
+    from scopedgpu.bench.common import cpu_ticks, steal_share
+    a, b = tmp_path / "a", tmp_path / "b"
+    # user nice system idle iowait irq softirq steal guest guest_nice
+    a.write_text("cpu  100 5 20 1000 3 1 2 30 7 0\ncpu0 50 2 10 500 1 0 1 15 3 0\n")
+    b.write_text("cpu  200 5 40 1100 3 1 2 90 9 0\ncpu0 90 2 20 550 1 0 1 45 4 0\n")
+    assert cpu_ticks(str(a)) == (128, 30)
+    assert cpu_ticks(str(b)) == (248, 90)
+    assert steal_share(cpu_ticks(str(a)), cpu_ticks(str(b))) == pytest.approx(60 / 180)
+    assert steal_share((128, 30), (128, 30)) == 0.0       # nothing ran in between
+    assert cpu_ticks(str(tmp_path / "missing")) is None
+    (tmp_path / "odd").write_text("intr 1 2 3\n")
+    assert cpu_ticks(str(tmp_path / "odd")) is None
+    (tmp_path / "short").write_text("cpu 1 2 3\n")
+    assert cpu_ticks(str(tmp_path / "short")) is None
+    assert steal_share(None, (1, 1)) is None and steal_share((1, 1), None) is None
 
 
 def test_bench_quick_plots_the_sweep_next_to_the_json(quick_run):

@@ -95,6 +95,41 @@ def cpu_model() -> str | None:
     return platform.processor() or None
 
 
+def cpu_ticks(path: str = "/proc/stat") -> tuple[int, int] | None:
+    """(busy, steal) clock ticks of all the machine's CPUs since boot, from the first line
+    of /proc/stat (Linux): busy is user + nice + system + irq + softirq (guest time is
+    inside user and nice), steal the time a hypervisor ran something else while a virtual
+    CPU of this machine wanted to run. None where there is no such file."""
+    try:
+        with open(path) as f:
+            fields = f.readline().split()
+    except OSError:
+        return None
+    try:
+        user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields[1:9])
+    except ValueError:
+        return None
+    if fields[0] != "cpu":
+        return None
+    return user + nice + system + irq + softirq, steal
+
+
+def steal_share(before: tuple[int, int] | None, after: tuple[int, int] | None
+                ) -> float | None:
+    """The share of the CPU time this machine's processors wanted between two cpu_ticks()
+    readings that the hypervisor gave to something else: steal / (busy + steal), 0 to 1.
+    Not a figure: a virtual machine whose host is busy runs everything slower, and the
+    device tool's machines are virtual (the same code's figures moved by up to 1.8x
+    between rounds of one run). /proc/stat counts in ticks of 10 ms, so over a fraction
+    of a second the share is coarse. None when a reading is missing; 0.0 when nothing
+    ran."""
+    if before is None or after is None:
+        return None
+    busy = after[0] - before[0]
+    steal = after[1] - before[1]
+    return steal / (busy + steal) if busy + steal > 0 else 0.0
+
+
 _GAUGE = """
 import sys, time
 class Box:

@@ -106,15 +106,22 @@ def notes(results: dict[str, Any]) -> list[str]:
     """Lines under the table for the figures of several rows: each serve level's
     latencies, RSS and live objects; CuPy's launches beside its graph."""
     out = []
+    steal = results.get("meta", {}).get("cpu_steal_share")
+    if steal is not None:
+        out.append(f"host: its hypervisor took {steal:.1%} of the CPU time this machine's "
+                   "processors wanted during the run (steal time, /proc/stat)")
     serve = results.get("details", {}).get("serve")
     if serve:
         for r in serve.get("levels", []):
             c = r.get("c") or {}
+            rounds = [v for v in r.get("rounds_steal_share") or [] if v is not None]
+            stolen = ("; steal " + ", ".join(f"{v:.1%}" for v in rounds) + " in its rounds"
+                      if rounds else "")
             out.append(f"serve, {r['in_flight']:,} in flight: {r['requests']:,} requests, "
                        f"p50 {num(r['p50_us'])} us, p99 {num(r['p99_us'])} us "
                        f"(p99/p50 {num(r['p99_over_p50'])}), wrong results "
                        f"{r['wrong']}; C: p50 {num(c.get('p50_us'))} us, "
-                       f"p99 {num(c.get('p99_us'))} us")
+                       f"p99 {num(c.get('p99_us'))} us{stolen}")
         tuned = serve.get("gc_tuned")
         off = serve.get("gc_off") or []
         if tuned or off:

@@ -27,7 +27,7 @@ import numpy as np
 import scopedgpu as sg
 from scopedgpu import aio
 
-from .common import MiB, rss_bytes
+from .common import MiB, cpu_ticks, rss_bytes, steal_share
 from .report import (
     SERVE_GOAL_AT,
     SERVE_LEVELS,
@@ -120,6 +120,7 @@ async def serve_level(mgr: sg.Manager, spirv: bytes, concurrency: int, seconds: 
             in_gc[0] += clock() - in_gc[1]
 
     stats0 = gc.get_stats()
+    ticks0 = cpu_ticks()
     gc.callbacks.append(gc_timer)
     try:
         cpu0 = time.thread_time()   # the loop's thread: every request's Python runs on it
@@ -137,12 +138,14 @@ async def serve_level(mgr: sg.Manager, spirv: bytes, concurrency: int, seconds: 
         cpu = time.thread_time() - cpu0
     finally:
         gc.callbacks.remove(gc_timer)
+    steal = steal_share(ticks0, cpu_ticks())
     lat.sort()
     return {"in_flight": concurrency, "requests": count, "seconds": elapsed,
             "per_s": count / elapsed, "latencies": lat, "wrong": wrong,
             "gc_collections": [b["collections"] - a["collections"]
                                for a, b in zip(stats0, gc.get_stats())],
-            "gc_share": in_gc[0] / elapsed, "loop_cpu_us": cpu / count * 1e6}
+            "gc_share": in_gc[0] / elapsed, "loop_cpu_us": cpu / count * 1e6,
+            "steal_share": steal}
 
 
 def differs(y: Any, want: bytes, shape: tuple[int, ...]) -> bool:
@@ -168,8 +171,10 @@ def _summary(runs: list[dict[str, Any]], warm_wrong: int) -> dict[str, Any]:
     """A level from its runs (serve_level's results): the medians of their rates and of
     their latency percentiles and p99/p50 ratios, each run's own (in `rounds_per_s`,
     `rounds_p50_us`, `rounds_p99_us`: latencies of runs made in different host states
-    are not pooled); over all of them together, the loop's CPU a request and the
-    collector's share of the time; counts summed."""
+    are not pooled, and `rounds_steal_share`: the share of the machine's CPU time its
+    hypervisor took during each, common.steal_share, None where unknown); over all of them
+    together, the loop's CPU a request and the collector's share of the time; counts
+    summed."""
     med = statistics.median
     lats = [r["latencies"] for r in runs]
     p50s = [pct(lat, 0.5) * 1e6 for lat in lats]
@@ -180,6 +185,7 @@ def _summary(runs: list[dict[str, Any]], warm_wrong: int) -> dict[str, Any]:
            "per_s": med(r["per_s"] for r in runs),
            "rounds_per_s": [r["per_s"] for r in runs],
            "rounds_p50_us": p50s, "rounds_p99_us": p99s,
+           "rounds_steal_share": [r.get("steal_share") for r in runs],
            "loop_cpu_us": sum(r["loop_cpu_us"] * r["requests"] for r in runs) / requests,
            "gc_share": sum(r["gc_share"] * r["seconds"] for r in runs) / seconds,
            "gc_collections": [sum(g) for g in zip(*(r["gc_collections"] for r in runs))],

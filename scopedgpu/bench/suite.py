@@ -32,8 +32,8 @@ import numpy as np
 import scopedgpu as sg
 from scopedgpu.ops import elementwise_groups
 
-from .common import (MiB, Progress, builtin_shader, cpu_model, pow2_floor, python_speed_ns,
-                     rss_bytes)
+from .common import (MiB, Progress, builtin_shader, cpu_model, cpu_ticks, pow2_floor,
+                     python_speed_ns, rss_bytes, steal_share)
 from .cupy_child import CupyChild
 from .report import (
     FIXED,
@@ -161,6 +161,7 @@ class Bench:
         if self.quick:
             self.saxpy_n = min(self.saxpy_n, 1 << 20)
             self.xfer_bytes = min(self.xfer_bytes, 16 * MiB)
+        ticks0 = cpu_ticks()
         self.results["meta"] = {
             "command": getattr(a, "command", None),
             "quick": self.quick, "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -201,6 +202,8 @@ class Bench:
             self.results["notes"]["cupy_child"] = "; ".join(self.cupy.errors)
         # The gauge again: a host whose speed changed during the run shows it here.
         self.results["meta"]["python_speed_ns_end"] = python_speed_ns()
+        # And how much of the machine's CPU time its hypervisor took meanwhile.
+        self.results["meta"]["cpu_steal_share"] = steal_share(ticks0, cpu_ticks())
         self.results["meta"]["seconds"] = round(time.perf_counter() - self.p.t0, 1)
         return self.results
 
