@@ -175,6 +175,20 @@ def test_bench_quick_serves_and_chains_against_c(quick_run):
     # hundreds on the H200's Python; none on 3.11)
     assert "after gc.freeze()" in res.stdout
     assert serve["frozen_after"] < frozen[0]["frozen_objects"] / 10, serve["frozen_after"]
+    # the harness alone (no scopedgpu call) at the goal's two levels, in rounds, with the
+    # collector as for the figures; its line with its ratio and the C yardstick's
+    harness = serve["harness"]
+    assert [r["in_flight"] for r in harness] == [report.SERVE_LEVELS[1], report.SERVE_LEVELS[-1]]
+    for r in harness:
+        assert len(r["rounds_per_s"]) == serve_mod.ROUNDS and min(r["rounds_per_s"]) > 0, r
+        assert r["requests"] >= 2 * r["in_flight"] * serve_mod.ROUNDS and r["wrong"] == 0, r
+        assert len(r["gc_collections"]) == 3 and 0 <= r["gc_share"] < 1, r
+    lo, hi = harness
+    c_ratio = figs["serve_1024"]["yardstick"] / figs["serve_16"]["yardstick"]
+    assert (f"{lo['in_flight']:,} in flight {report.num(lo['per_s'], '1/s')}/s, "
+            f"{hi['in_flight']:,} in flight {report.num(hi['per_s'], '1/s')}/s "
+            f"({report.num(hi['per_s'] / lo['per_s'])} of 16;") in res.stdout
+    assert f"the C yardstick's 1,024 against 16: {report.num(c_ratio)}" in res.stdout
     for k in report.CHAIN_KS:
         f = figs[f"dispatch_chain_{k}"]
         assert number(f["value"]) and f["value"] > 0 and f["k"] == k, k
@@ -618,6 +632,58 @@ def test_serve_layers_fails_on_a_wrong_result():
     assert out["failures"] and "differ from numpy's" in out["failures"][0]
     # the warm-up's, the round's and the 4 of the held-objects count's
     assert out["failures"][0].startswith(f"{20 + max(2 * 4, 100) + 4} result(s)")
+
+
+def test_serve_scaling_serves_each_part_at_two_levels_with_the_collector_on_and_off(
+        tmp_path, capsys):
+    """scopedgpu.bench.serve_scaling (issue 24: throughput at 1,024 in flight against 16):
+    each variant asked for at the low and the high level, with the collector on and off,
+    a rate a round for each; the high level's rate over the low's; every served result
+    right, live objects back to their baseline, the collector as it was, a line each."""
+    from scopedgpu.bench import serve_scaling
+    path = tmp_path / "scaling.json"
+    was_on = gc.isenabled()
+    rc = serve_scaling.main(["--levels", "2,12", "--parts", "eval,nothing", "--seconds",
+                             "0.02", "--rounds", "2", "--json", str(path)])
+    out = capsys.readouterr().out
+    assert gc.isenabled() == was_on
+    got = json.loads(path.read_text())
+    assert rc == 0 and got["failures"] == [], out
+    assert got["levels"] == [2, 12] and got["gc_threshold"] == list(gc.get_threshold())
+    # In PARTS' order, whatever the order asked; each collector state.
+    assert [(r["part"], r["collector"]) for r in got["rows"]] == [
+        ("nothing", "on"), ("nothing", "off"), ("eval", "on"), ("eval", "off")]
+    for r in got["rows"]:
+        for side in ("low", "high"):
+            rounds = r[f"{side}_rounds_per_s"]
+            assert len(rounds) == 2 and all(v > 0 for v in rounds), r
+            assert r[f"{side}_per_s"] == pytest.approx(statistics.median(rounds))
+        assert r["ratio"] == pytest.approx(r["high_per_s"] / r["low_per_s"])
+        if r["collector"] == "off":
+            assert r["low_gc_share"] == r["high_gc_share"] == 0.0, r
+        assert f"\n{r['part']:10s} collector {r['collector']}" in out, out
+    assert "12 over 2" in out, out
+
+
+def test_serve_scaling_fails_on_a_wrong_result_and_refuses_bad_arguments(capsys):
+    """Its check can fail: with numpy's answers made wrong, every served result of the
+    eval variant is a failure (the warm-ups' and the timed ones'), and main() would exit
+    with 1; levels not low < high and unknown parts are argument errors."""
+    from scopedgpu.bench import serve, serve_scaling
+    xs, alphas, refs = serve.requests()
+    bad = (xs, alphas, [r + np.float32(1) for r in refs])
+    out = serve_scaling.run((1, 3), ["nothing", "eval"], 0.01, 1, data=bad)
+    assert len(out["failures"]) == 1 and "differ from numpy's" in out["failures"][0]
+    assert [r["collector"] for r in out["rows"] if r["part"] == "eval"] == ["on", "off"]
+    # at least the warm-ups' 2 x C and the timed levels' 2 x C, per collector state
+    assert int(out["failures"][0].split()[0]) >= 2 * (2 * 1 + 2 * 1 + 2 * 3 + 2 * 3)
+    for argv in (["--levels", "16"], ["--levels", "64,16"], ["--levels", "0,4"],
+                 ["--parts", "eval,bogus"], ["--parts", ","], ["--seconds", "0"],
+                 ["--rounds", "0"]):
+        with pytest.raises(SystemExit) as exc:
+            serve_scaling.main(argv)
+        assert exc.value.code == 2, argv
+    assert "--levels" in capsys.readouterr().err
 
 
 def test_ab_steady_leaves_out_the_workers_of_a_disturbed_machine_within_each_version():

@@ -24,6 +24,26 @@ def require_positive(p: argparse.ArgumentParser, args: argparse.Namespace,
             p.error(f"--{name.replace('_', '-')} must be at least 1")
 
 
+def add_device_json(p: argparse.ArgumentParser) -> None:
+    """The check commands' (serve_long, serve_layers, serve_scaling) --device and --json."""
+    p.add_argument("--device", type=int, default=None,
+                   help="device index (default: the default device)")
+    p.add_argument("--json", metavar="FILE")
+
+
+def served_failures(wrong: int, before: dict, after: dict) -> list[str]:
+    """The failures of a run that served checked requests (serve_layers, serve_scaling):
+    results that differ from numpy's, and live objects (after the run and empty_cache())
+    that differ from those before it."""
+    failures = []
+    if wrong:
+        failures.append(f"{wrong} result(s) differ from numpy's")
+    if after != before:
+        failures.append(f"after the run and empty_cache(): live objects {after}, "
+                        f"before {before}")
+    return failures
+
+
 def report_failures(out: dict, json_path: str | None) -> int:
     """The ending of a check command (serve_long, serve_layers): prints each line of
     out["failures"], writes `out` as JSON where asked, and returns the exit status: 1 when

@@ -134,6 +134,20 @@ def notes(results: dict[str, Any]) -> list[str]:
             parts += [f"{r['in_flight']:,} in flight after gc.freeze() "
                       f"{num(r['per_s'], '1/s')}/s" for r in serve.get("gc_frozen") or []]
             out.append("serve, the collector's part (not figures): " + "; ".join(parts))
+        harness = serve.get("harness") or []
+        if len(harness) == 2:
+            lo, hi = harness
+            c_rates = [(r.get("c") or {}).get("per_s") for r in serve.get("levels", [])
+                       if r["in_flight"] in (lo["in_flight"], hi["in_flight"])]
+            c_lo, c_hi = c_rates if len(c_rates) == 2 else (None, None)
+            c_ratio = (f"; the C yardstick's {hi['in_flight']:,} against {lo['in_flight']:,}: "
+                       f"{num(c_hi / c_lo)}" if c_lo and c_hi else "")
+            out.append(f"serve, the harness alone (a task and one await a request, no "
+                       f"scopedgpu call; not figures): {lo['in_flight']:,} in flight "
+                       f"{num(lo['per_s'], '1/s')}/s, {hi['in_flight']:,} in flight "
+                       f"{num(hi['per_s'], '1/s')}/s ({num(hi['per_s'] / lo['per_s'])} of "
+                       f"{lo['in_flight']:,}; {hi['gc_share']:.0%} of the time in the "
+                       f"collector){c_ratio}")
         rounds = serve.get("rss_rounds_mib") or []
         after = (" (after each round of the levels: "
                  + ", ".join(f"{v:+.1f}" for v in rounds) + ")") if rounds else ""

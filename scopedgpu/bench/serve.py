@@ -199,14 +199,17 @@ def _summary(runs: list[dict[str, Any]], warm_wrong: int) -> dict[str, Any]:
 def serve_rounds(mgr: sg.Manager, spirv: bytes, levels: tuple[int, ...], seconds: float,
                  least: int, data: tuple[list[np.ndarray], list[float], list[np.ndarray]],
                  rounds: int = ROUNDS, say: Callable[[str], None] | None = None,
-                 rss_rounds: list[float] | None = None) -> list[dict[str, Any]]:
+                 rss_rounds: list[float] | None = None,
+                 handler: Callable[[sg.Manager, bytes, np.ndarray, float],
+                                   Awaitable[Any]] = handle,
+                 check: bool = True) -> list[dict[str, Any]]:
     """The figure's levels in `rounds` rounds (up, down, up, ...), each level warmed at its
     first visit, untimed, by max(2 C, 16) requests, then served in each round for
     seconds / rounds and at least max(2 C, least / rounds) requests; a level's summary
     (_summary) over its rounds, in the order of `levels`, with RSS after its last round.
     `rss_rounds`: RSS in MiB after each round is appended to it (the first round reaches
     the working set of the most in flight; a later round that grows it again would be
-    memory kept per request)."""
+    memory kept per request). `handler` and `check`: as serve_level's."""
     runs: dict[int, list[dict[str, Any]]] = {c: [] for c in levels}
     warm_wrong = dict.fromkeys(levels, 0)
     rss = {}
@@ -214,10 +217,12 @@ def serve_rounds(mgr: sg.Manager, spirv: bytes, levels: tuple[int, ...], seconds
         order = levels if k % 2 == 0 else levels[::-1]
         for c in order:
             if k == 0:
-                warm = asyncio.run(serve_level(mgr, spirv, c, 0.0, max(2 * c, 16), data))
+                warm = asyncio.run(serve_level(mgr, spirv, c, 0.0, max(2 * c, 16), data,
+                                               handler=handler, check=check))
                 warm_wrong[c] = len(warm["wrong"])
             r = asyncio.run(serve_level(mgr, spirv, c, seconds / rounds,
-                                        max(2 * c, -(-least // rounds)), data))
+                                        max(2 * c, -(-least // rounds)), data,
+                                        handler=handler, check=check))
             runs[c].append(r)
             rss[c] = rss_bytes() / MiB   # where RSS grows: the working set of a level
         if rss_rounds is not None:
@@ -306,6 +311,18 @@ def bench_serve(b: Bench) -> None:
     b.p.say(f"serve after gc.freeze() ({frozen_objects:,} objects frozen): " + ", ".join(
         f"{r['in_flight']:,} in flight {r['per_s']:,.0f} requests/s, {r['gc_share']:.0%} in "
         f"the collector" for r in gc_frozen))
+    # Nor these: the harness alone at the goal's two levels, the collector as for the
+    # figures: serve_layers' `nothing` variant (the driver, a task and one
+    # `await asyncio.sleep(0)` a request, no scopedgpu call), in rounds as the figures.
+    # Its rate at the most in flight against 16 is the best any library served this way
+    # could reach: the objects of a thousand waiting tasks make the collector run where
+    # 16 do not (docs/benchmarks.md, session 58).
+    from .serve_layers import request
+    harness = serve_rounds(mgr, spirv, (SERVE_LEVELS[1], SERVE_LEVELS[-1]), seconds, least,
+                           data, handler=functools.partial(request, part=0), check=False)
+    b.p.say("serve, the harness alone (no scopedgpu call): " + ", ".join(
+        f"{r['in_flight']:,} in flight {r['per_s']:,.0f} requests/s, {r['gc_share']:.0%} in "
+        f"the collector" for r in harness))
     gc.collect()
     mgr.empty_cache()
     live1 = mgr.live_objects()
@@ -329,6 +346,7 @@ def bench_serve(b: Bench) -> None:
                    "tensors, algorithm and sequence per request in with blocks; "
                    "awaited through scopedgpu.aio.eval",
         "levels": levels, "gc_tuned": tuned, "gc_off": gc_off, "gc_frozen": gc_frozen,
+        "harness": harness,
         # (not 0 on CPython 3.12, whose collections move the immortal objects they meet
         # into the permanent generation)
         "frozen_after": gc.get_freeze_count(), "requests": total,

@@ -46,7 +46,7 @@ import numpy as np
 import scopedgpu as sg
 from scopedgpu import aio
 
-from .common import report_failures, require_positive
+from .common import add_device_json, report_failures, require_positive, served_failures
 from .serve import differs, requests, scale_spirv, serve_level
 
 PARTS = ("nothing", "tensors", "algorithm", "sequence", "eval")
@@ -174,12 +174,7 @@ def run(in_flight: int, count: int, rounds: int, device: int | None = None,
                      "rounds_us": times[p], "held": held[p],
                      "added_held": held[p] - prev_held})
         prev, prev_held = medians[p], held[p]
-    failures = []
-    if wrong:
-        failures.append(f"{wrong} result(s) differ from numpy's")
-    if after != before:
-        failures.append(f"after the run and empty_cache(): live objects {after}, "
-                        f"before {before}")
+    failures = served_failures(wrong, before, after)
     return {"device": name, "in_flight": in_flight, "requests": count, "rounds": rounds,
             "python": sys.version.split()[0], "parts": rows, "failures": failures}
 
@@ -191,9 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--requests", type=int, default=3000,
                    help="requests a variant a round (default 3,000)")
     p.add_argument("--rounds", type=int, default=5, help="rounds (default 5)")
-    p.add_argument("--device", type=int, default=None,
-                   help="device index (default: the default device)")
-    p.add_argument("--json", metavar="FILE")
+    add_device_json(p)
     a = p.parse_args(argv)
     require_positive(p, a, ("in_flight", "requests", "rounds"))
     out = run(a.in_flight, a.requests, a.rounds, a.device)

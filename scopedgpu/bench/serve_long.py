@@ -26,7 +26,7 @@ from typing import Any
 
 import scopedgpu as sg
 
-from .common import MiB, report_failures, require_positive, rss_bytes
+from .common import MiB, add_device_json, report_failures, require_positive, rss_bytes
 from .serve import requests, scale_spirv, serve_level
 
 
@@ -99,9 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rss-growth-mib", type=float, default=16.0,
                    help="RSS allowed over the baseline's (default 16 MiB, the bench's "
                         "long-churn limit)")
-    p.add_argument("--device", type=int, default=None,
-                   help="device index (default: the default device)")
-    p.add_argument("--json", metavar="FILE")
+    add_device_json(p)
     a = p.parse_args(argv)
     require_positive(p, a, ("requests", "in_flight", "chunk"))
     out = run(a.requests, a.in_flight, a.chunk, a.rss_growth_mib, a.device)
