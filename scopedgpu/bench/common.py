@@ -45,7 +45,7 @@ def served_failures(wrong: int, before: dict, after: dict) -> list[str]:
 
 
 def report_failures(out: dict, json_path: str | None) -> int:
-    """The ending of a check command (serve_long, serve_layers): prints each line of
+    """The ending of a check command (serve_long, serve_layers, serve_scaling): prints each line of
     out["failures"], writes `out` as JSON where asked, and returns the exit status: 1 when
     anything failed."""
     for line in out["failures"]:

@@ -10,8 +10,8 @@ them; requests/s (the medians of the rounds) and the high level's rate over the 
     python -m scopedgpu.bench.serve_scaling [--levels 16,1024] [--parts nothing,eval]
         [--seconds 0.5] [--rounds 3] [--device N] [--json FILE]
 
-The `nothing` row is the harness alone: what any library served this way would get at
-best. With the collector on, its objects (a task, its coroutines, the driver's
+The `nothing` rows are the harness alone: their ratio is the best any library served this
+way could reach. With the collector on, its objects (a task, its coroutines, the driver's
 bookkeeping) alive at 1,024 in flight make the collector run where at 16 it does not.
 Every result of the `eval` variant is compared with numpy's, bit for bit; exit status 1
 when one differs, or when the manager's live objects (`live_objects(caches=False)`) did
@@ -43,8 +43,8 @@ def serve_at(mgr: sg.Manager, spirv: bytes, part: int, in_flight: int, seconds: 
              data: tuple[list[np.ndarray], list[float], list[np.ndarray]],
              collector: str) -> dict[str, Any]:
     """Variant `part` served at `in_flight` for `seconds` (and at least 2 x in_flight
-    requests), after an untimed warm-up of as many, the collector on or off for both
-    (as it was afterwards); serve_level's result."""
+    requests), after an untimed warm-up of as many, the collector on or off for both and
+    left as it was; serve_level's result."""
     handler = functools.partial(request, part=part)
     least = 2 * in_flight
     was_on = gc.isenabled()
