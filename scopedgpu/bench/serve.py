@@ -159,12 +159,16 @@ def pct(sorted_values: list[float], p: float) -> float:
 
 
 def warmed_level(mgr: sg.Manager, spirv: bytes, c: int, seconds: float, least: int,
-                 data: tuple[list[np.ndarray], list[float], list[np.ndarray]]
-                 ) -> dict[str, Any]:
+                 data: tuple[list[np.ndarray], list[float], list[np.ndarray]],
+                 handler: Callable[[sg.Manager, bytes, np.ndarray, float],
+                                   Awaitable[Any]] = handle,
+                 check: bool = True) -> dict[str, Any]:
     """One level served once (serve_rounds in one round): warmed first, untimed, by
     max(2 C, 16) requests, then served for `seconds` and at least max(2 C, least); its
-    latency percentiles, and the count of wrong results of both runs."""
-    return serve_rounds(mgr, spirv, (c,), seconds, least, data, rounds=1)[0]
+    latency percentiles, and the count of wrong results of both runs. `handler` and
+    `check`: as serve_level's."""
+    return serve_rounds(mgr, spirv, (c,), seconds, least, data, rounds=1, handler=handler,
+                        check=check)[0]
 
 
 def _summary(runs: list[dict[str, Any]], warm_wrong: int) -> dict[str, Any]:

@@ -20,7 +20,6 @@ not return to their baseline after the run and `empty_cache()`.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import functools
 import gc
 import statistics
@@ -32,7 +31,7 @@ import numpy as np
 import scopedgpu as sg
 
 from .common import add_device_json, report_failures, require_positive, served_failures
-from .serve import requests, scale_spirv, serve_level
+from .serve import requests, scale_spirv, warmed_level
 from .serve_layers import PARTS, request
 
 _EVAL = PARTS.index("eval")
@@ -42,19 +41,17 @@ COLLECTOR = ("on", "off")
 def serve_at(mgr: sg.Manager, spirv: bytes, part: int, in_flight: int, seconds: float,
              data: tuple[list[np.ndarray], list[float], list[np.ndarray]],
              collector: str) -> dict[str, Any]:
-    """Variant `part` served at `in_flight` for `seconds` (and at least 2 x in_flight
-    requests), after an untimed warm-up of as many, the collector on or off for both and
-    left as it was; serve_level's result."""
-    handler = functools.partial(request, part=part)
-    least = 2 * in_flight
+    """Variant `part` served at `in_flight` as the figure serves a level once
+    (serve.warmed_level: warmed, untimed, then for `seconds` and at least 2 x in_flight
+    requests), the collector on or off for both and left as it was; warmed_level's result
+    (`wrong`: the count of both runs)."""
     was_on = gc.isenabled()
     if collector == "off":
         gc.disable()
     try:
-        asyncio.run(serve_level(mgr, spirv, in_flight, 0.0, least, data, handler=handler,
-                                check=part == _EVAL))
-        return asyncio.run(serve_level(mgr, spirv, in_flight, seconds, least, data,
-                                       handler=handler, check=part == _EVAL))
+        return warmed_level(mgr, spirv, in_flight, seconds, 2 * in_flight, data,
+                            handler=functools.partial(request, part=part),
+                            check=part == _EVAL)
     finally:
         if was_on:
             gc.enable()
@@ -81,7 +78,7 @@ def run(levels: tuple[int, int], parts: list[str], seconds: float, rounds: int,
                     r = serve_at(mgr, spirv, PARTS.index(p), lv, seconds, data, c)
                     rates[(p, c, lv)].append(r["per_s"])
                     shares[(p, c, lv)].append(r["gc_share"])
-                    wrong += len(r["wrong"])
+                    wrong += r["wrong"]
         gc.collect()
         mgr.empty_cache()
         after = mgr.live_objects(caches=False)
